@@ -1,0 +1,38 @@
+# gfd — the two commands a fresh machine needs: `make demo` and `make test`.
+# Needs only Python 3.11+, gcc, make and the package registries.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.gfd-installed
+C_SOURCES := $(wildcard gfd/*/*.c gfd/*/*.h)
+
+.PHONY: demo test lint bench image clean
+
+$(STAMP): pyproject.toml setup.py $(C_SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -c "import gfd.topology._builder, gfd.sim; gfd.sim.library_path()"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	@echo "== labels of a simulated DGX H100 (gfd --simulate dgx-h100 --oneshot --output-file -)"
+	@$(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level warning
+	@echo
+	@echo "== GPU topology (gfd --simulate dgx-h100 topo)"
+	@$(BIN)/gfd --simulate dgx-h100 topo --log-level warning
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check gfd tests bench
+	$(BIN)/ruff format --check gfd tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info gfd/*/*.so

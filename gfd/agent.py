@@ -1,0 +1,263 @@
+"""The agent: one labelling cycle, and the loop that repeats it.
+
+A cycle reads facts, derives the topology and the labels, and hands one
+:class:`~gfd.sinks.Publication` to every sink. When the facts cannot be read
+(NVML not up yet, a GPU lost mid-read, an NVML error) nothing is published: every
+sink keeps the last good labels rather than a wrong or partial set. A failing sink
+does not stop the others.
+
+The loop sleeps ``sleep_interval`` with a small jitter between cycles, retries a
+failed cycle sooner with exponential backoff, and wakes at once for a stop
+(SIGTERM/SIGINT) or a reload (SIGHUP) request.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gfd.errors import GfdError, NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
+from gfd.facts import NodeFacts
+from gfd.labels import LabelOptions, LabelSet, build_labels
+from gfd.sinks import Publication, Sink
+
+TOPOLOGY_ANNOTATION = "nvidia.com/gpu.topology"
+TIMESTAMP_KEY = "nvidia.com/gfd.timestamp"
+#: Relative jitter applied to each sleep, so a fleet started together spreads out.
+SLEEP_JITTER = 0.1
+#: First retry delay after a failed cycle; doubles up to the sleep interval.
+RETRY_INITIAL_SECONDS = 1.0
+_JITTER = random.Random()
+
+
+class Telemetry(Protocol):
+    """What the loop reports; :mod:`gfd.metrics` implements it for Prometheus and probes."""
+
+    def cycle_started(self) -> None: ...
+    def cycle_succeeded(self, duration: float, labels_published: int) -> None: ...
+    def cycle_failed(self, kind: str, duration: float) -> None: ...
+    def nvml_up(self, up: bool) -> None: ...
+
+
+class NullTelemetry:
+    """Telemetry that records nothing (metrics off)."""
+
+    def cycle_started(self) -> None:
+        return None
+
+    def cycle_succeeded(self, duration: float, labels_published: int) -> None:
+        return None
+
+    def cycle_failed(self, kind: str, duration: float) -> None:
+        return None
+
+    def nvml_up(self, up: bool) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class CycleOutcome:
+    """What one cycle did. ``reason`` is a one-line explanation when ``ok`` is False."""
+
+    ok: bool
+    reason: str = ""
+    #: The error class of a failure: nvml-not-ready, nvml-gpu-lost, nvml, topology, sink, ...
+    kind: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Names of the sinks that wrote something.
+    wrote: tuple[str, ...] = ()
+    #: True when NVML could not be started at all (drives --fail-on-init-error).
+    init_failure: bool = False
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What a cycle derives from facts besides the core labels."""
+
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+
+def derive_topology(facts: NodeFacts) -> Derived:
+    """Topology labels and the matrix annotation, from the C builder."""
+    from gfd.labels.topology import topology_labels
+    from gfd.topology import build_topology, to_annotation
+
+    if not facts.gpus:
+        return Derived(labels={}, annotations={})
+    topology = build_topology(facts)
+    return Derived(
+        labels=topology_labels(topology), annotations={TOPOLOGY_ANNOTATION: to_annotation(topology)}
+    )
+
+
+def compute_labels(
+    facts: NodeFacts,
+    options: LabelOptions,
+    *,
+    derive: Callable[[NodeFacts], Derived] = derive_topology,
+) -> tuple[LabelSet, Mapping[str, str]]:
+    """The validated labels of ``facts`` and the annotations that go with them."""
+    derived = derive(facts)
+    label_set = build_labels(facts, options, extra=[lambda _facts: derived.labels])
+    return label_set, derived.annotations
+
+
+class Agent:
+    """Runs labelling cycles against a facts source and a set of sinks."""
+
+    def __init__(
+        self,
+        *,
+        read_facts: Callable[[], NodeFacts],
+        sinks: Sequence[Sink],
+        options: LabelOptions,
+        log: Any,
+        timestamp_annotation: bool = False,
+        telemetry: Telemetry | None = None,
+        derive: Callable[[NodeFacts], Derived] = derive_topology,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read_facts = read_facts
+        self.sinks = tuple(sinks)
+        self.options = options
+        self._log = log
+        self._timestamp_annotation = timestamp_annotation
+        self._telemetry: Telemetry = telemetry if telemetry is not None else NullTelemetry()
+        self._derive = derive
+        self._monotonic = monotonic
+        self._warned_drops: set[str] = set()
+
+    def cycle(self) -> CycleOutcome:
+        """Read, label, publish once."""
+        started = self._monotonic()
+        self._telemetry.cycle_started()
+        outcome = self._cycle()
+        duration = self._monotonic() - started
+        if outcome.ok:
+            self._telemetry.cycle_succeeded(duration, len(outcome.labels))
+            self._log.debug(
+                "cycle done",
+                labels=len(outcome.labels),
+                wrote=list(outcome.wrote),
+                seconds=round(duration, 4),
+            )
+        else:
+            self._telemetry.cycle_failed(outcome.kind, duration)
+            self._log.error("cycle failed", reason=outcome.reason, kind=outcome.kind)
+        return outcome
+
+    def _cycle(self) -> CycleOutcome:
+        try:
+            facts = self._read_facts()
+        except NvmlNotReady as exc:
+            self._telemetry.nvml_up(False)
+            return CycleOutcome(ok=False, reason=str(exc), kind="nvml-not-ready", init_failure=True)
+        except NvmlGpuLost as exc:
+            self._telemetry.nvml_up(True)
+            return CycleOutcome(
+                ok=False, reason=f"{exc}; keeping the last published labels", kind="nvml-gpu-lost"
+            )
+        except NvmlError as exc:
+            self._telemetry.nvml_up(exc.call != "nvmlInit")
+            return CycleOutcome(
+                ok=False,
+                reason=f"{exc}; keeping the last published labels",
+                kind="nvml",
+                init_failure=exc.call == "nvmlInit",
+            )
+        except GfdError as exc:
+            return CycleOutcome(ok=False, reason=str(exc), kind="facts")
+        self._telemetry.nvml_up(True)
+        try:
+            label_set, annotations = compute_labels(facts, self.options, derive=self._derive)
+        except GfdError as exc:
+            return CycleOutcome(
+                ok=False, reason=f"{exc}; keeping the last published labels", kind="topology"
+            )
+        self._report_drops(label_set)
+        labels = dict(label_set.labels)
+        annotations = dict(annotations)
+        if self._timestamp_annotation and TIMESTAMP_KEY in labels:
+            annotations[TIMESTAMP_KEY] = labels.pop(TIMESTAMP_KEY)
+        publication = Publication(labels=labels, annotations=annotations)
+        return self._publish(publication)
+
+    def _publish(self, publication: Publication) -> CycleOutcome:
+        wrote: list[str] = []
+        failures: list[str] = []
+        kind = ""
+        for sink in self.sinks:
+            try:
+                if sink.publish(publication):
+                    wrote.append(sink.name)
+            except SinkPermanentError as exc:
+                failures.append(f"{sink.name}: {exc}")
+                kind = "sink-permanent"
+            except SinkError as exc:
+                failures.append(f"{sink.name}: {exc}")
+                kind = kind or "sink"
+        if wrote:
+            self._log.info("labels published", sinks=wrote, labels=len(publication.labels))
+        if failures:
+            return CycleOutcome(
+                ok=False,
+                reason="; ".join(failures),
+                kind=kind,
+                labels=publication.labels,
+                wrote=tuple(wrote),
+            )
+        return CycleOutcome(ok=True, labels=publication.labels, wrote=tuple(wrote))
+
+    def _report_drops(self, label_set: LabelSet) -> None:
+        for key, why in label_set.dropped:
+            if key not in self._warned_drops:
+                self._warned_drops.add(key)
+                self._log.warning("label dropped: not valid for Kubernetes", key=key, problem=why)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+class LoopControl:
+    """Stop and reload requests, set from signal handlers and watched by the loop."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.reload_requested = False
+
+    def request_stop(self) -> None:
+        self.stop.set()
+        self.wake.set()
+
+    def request_reload(self) -> None:
+        self.reload_requested = True
+        self.wake.set()
+
+    def sleep(self, seconds: float | None) -> None:
+        """Sleep until ``seconds`` pass (forever for None) or a stop/reload request."""
+        self.wake.wait(seconds)
+        self.wake.clear()
+        if self.stop.is_set():
+            self.wake.set()
+
+
+def next_delay(
+    sleep_interval: float | None, failures_in_a_row: int, *, rng: random.Random | None = None
+) -> float | None:
+    """Seconds until the next cycle: the interval with jitter, or a shorter backoff after failures."""
+    chance = rng if rng is not None else _JITTER
+    if failures_in_a_row > 0:
+        backoff: float = RETRY_INITIAL_SECONDS * 2.0 ** min(failures_in_a_row - 1, 16)
+        if sleep_interval is not None:
+            backoff = min(backoff, sleep_interval)
+        return backoff * (1 + chance.uniform(-SLEEP_JITTER, SLEEP_JITTER))
+    if sleep_interval is None:
+        return None
+    return sleep_interval * (1 + chance.uniform(-SLEEP_JITTER, SLEEP_JITTER))

@@ -1,0 +1,55 @@
+"""gfd's exception hierarchy, in one place.
+
+::
+
+    GfdError                  anything gfd reports to the user as a one-line reason
+    ├── ConfigError           a flag, environment variable or config file is invalid
+    ├── FactsError            a facts document is malformed (file, field, problem)
+    ├── NvmlError             NVML failed; carries the NVML error name and code
+    │   ├── NvmlNotReady      driver not loaded / library missing: worth retrying later
+    │   └── NvmlGpuLost       a GPU fell off the bus during the read
+    ├── TopologyError         facts that no topology can be built from
+    └── SinkError             a sink could not publish
+        └── SinkPermanentError  retrying cannot help (403, 422, read-only directory)
+"""
+
+from __future__ import annotations
+
+
+class GfdError(Exception):
+    """Base of every error gfd reports with a clear one-line reason."""
+
+
+class ConfigError(GfdError):
+    """A flag, environment variable or config file is invalid."""
+
+
+class NvmlError(GfdError):
+    """An NVML call failed. ``name`` is NVML's error name (e.g. ``NVML_ERROR_UNKNOWN``)."""
+
+    def __init__(self, call: str, code: int, name: str, detail: str = "") -> None:
+        self.call = call
+        self.code = code
+        self.name = name
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(f"NVML {call} failed: {name} (code {code}){suffix}")
+
+
+class NvmlNotReady(NvmlError):
+    """NVML cannot start yet (driver not loaded, library not found): retry later."""
+
+
+class NvmlGpuLost(NvmlError):
+    """A GPU stopped answering (NVML_ERROR_GPU_IS_LOST) during the read."""
+
+
+class TopologyError(GfdError):
+    """The facts cannot describe a topology (a bus id that names no GPU, a bad level)."""
+
+
+class SinkError(GfdError):
+    """A sink could not publish; the previous published state is left intact."""
+
+
+class SinkPermanentError(SinkError):
+    """A sink failure that retrying cannot fix (permission denied, invalid object)."""

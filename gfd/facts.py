@@ -1,0 +1,428 @@
+"""The facts: everything gfd reads from a node, as frozen dataclasses.
+
+This module owns the facts model and its serialised form (schema version
+``SCHEMA_VERSION``, documented in ``docs/facts.md``). The reader produces facts,
+the simulator serves them, and everything downstream (topology, labels) sees the
+hardware only through them. ``dump_facts``/``load_facts`` round-trip losslessly
+through YAML or JSON; loading checks every field and names the file, the field
+path and the problem.
+
+Conventions: ``None`` means "NVML (or sysfs) did not report it" (NOT_SUPPORTED,
+unreadable), never "zero". PCI bus ids use NVML's form ``00000000:1B:00.0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from gfd.errors import GfdError
+
+SCHEMA_VERSION = 1
+
+#: NVML's ``nvmlGpuTopologyLevel_t`` names, in order of increasing distance.
+PCI_LEVELS: dict[str, int] = {
+    "internal": 0,
+    "single": 10,
+    "multiple": 20,
+    "hostbridge": 30,
+    "node": 40,
+    "system": 50,
+}
+PciLevel = Literal["internal", "single", "multiple", "hostbridge", "node", "system"]
+
+#: NVML's ``nvmlNvLinkRemoteDeviceType_t``.
+NVLINK_REMOTE_TYPES: dict[str, int] = {"gpu": 0, "ibmnpu": 1, "switch": 2, "unknown": 0xFF}
+NvLinkRemoteType = Literal["gpu", "ibmnpu", "switch", "unknown"]
+
+#: NVML's ``nvmlGpuFabricState_t``.
+FABRIC_STATES: dict[str, int] = {
+    "not-supported": 0,
+    "not-started": 1,
+    "in-progress": 2,
+    "completed": 3,
+}
+FabricState = Literal["not-supported", "not-started", "in-progress", "completed"]
+
+BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+CPULIST_PATTERN = re.compile(r"^(\d+(-\d+)?(,\d+(-\d+)?)*)?$")
+
+
+class FactsError(GfdError, ValueError):
+    """A facts document is malformed; the message names the source, field and problem."""
+
+    def __init__(self, source: str, path: str, problem: str) -> None:
+        self.source = source
+        self.path = path
+        self.problem = problem
+        where = f"{source}: {path}" if path else source
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU, as ``nvmlDeviceGetNvLink*`` reports it."""
+
+    index: int
+    active: bool
+    #: PCI bus id of the far end (a GPU or an NVSwitch); None when not reported.
+    remote_bus_id: str | None = None
+    remote_type: NvLinkRemoteType | None = None
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """``nvmlDeviceGetGpuFabricInfoV``: the GPU's NVLink fabric (clique) membership."""
+
+    #: 16 bytes as a canonical UUID string (all zero when not attached).
+    cluster_uuid: str
+    clique_id: int
+    state: FabricState
+    #: NVML return code of the fabric registration (0 is SUCCESS).
+    status: int
+    health_mask: int | None = None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG device (GPU instance + compute instance) on a MIG-enabled GPU."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_bytes: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    #: GPU instance profile, as ``nvmlDeviceGetGpuInstanceProfileInfoV`` reports it.
+    gi_profile_id: int
+    gi_slice_count: int
+    gi_memory_mib: int
+    #: Compute instance slices and multiprocessors.
+    ci_slice_count: int
+    multiprocessors: int
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpeg_decoders: int = 0
+    ofa_engines: int = 0
+    #: The profile carries media extensions (``+me``).
+    media_extensions: bool = False
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU."""
+
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    #: ``(device << 16) | vendor`` as in ``nvmlPciInfo_t.pciDeviceId``.
+    pci_device_id: int | None = None
+    #: PCI class code from sysfs (``0x030200`` 3D controller, ``0x030000`` VGA).
+    pci_class: int | None = None
+    memory_total_bytes: int | None = None
+    compute_major: int | None = None
+    compute_minor: int | None = None
+    #: ``nvmlDeviceArchitecture_t`` value.
+    architecture: int | None = None
+    #: ``nvmlBrandType_t`` value.
+    brand: int | None = None
+    #: NUMA node the GPU's PCI device is attached to (sysfs ``numa_node``; -1 → None).
+    numa_node: int | None = None
+    #: ``nvmlDeviceGetNumaNodeId``: the GPU's *own* memory NUMA node on coherent
+    #: platforms (Grace Hopper/Blackwell); NOT_SUPPORTED (None) on x86 machines.
+    #: nvidia-smi shows it as "GPU NUMA ID".
+    gpu_numa_id: int | None = None
+    #: CPUs local to the GPU, as a Linux cpulist (``0-47,96-143``); None when unknown.
+    cpu_affinity: str | None = None
+    #: Current and pending MIG mode; None when the GPU does not support MIG.
+    mig_mode_current: bool | None = None
+    mig_mode_pending: bool | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    #: ``nvmlNvLinkVersion`` enum of link 0 (1_0=1 … 5_0=7); None without NVLink.
+    nvlink_version: int | None = None
+    nvlinks: tuple[NvLink, ...] = ()
+    fabric: FabricInfo | None = None
+
+
+@dataclass(frozen=True)
+class PciPair:
+    """``nvmlDeviceGetTopologyCommonAncestor`` for the GPUs with indices ``a < b``."""
+
+    a: int
+    b: int
+    level: PciLevel
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything gfd read from one node in one pass."""
+
+    driver_version: str | None = None
+    #: ``nvmlSystemGetCudaDriverVersion``: 12040 means CUDA 12.4.
+    cuda_driver_version: int | None = None
+    #: Raw contents of the DMI product name file; None when unreadable.
+    machine_type: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    pci_pairs: tuple[PciPair, ...] = ()
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    def pci_level(self, a: int, b: int) -> PciLevel | None:
+        """Common-ancestor level of two GPU indices (order does not matter)."""
+        lo, hi = min(a, b), max(a, b)
+        for pair in self.pci_pairs:
+            if pair.a == lo and pair.b == hi:
+                return pair.level
+        return None
+
+
+# --------------------------------------------------------------------------- #
+# Serialisation
+
+
+def facts_to_dict(facts: NodeFacts) -> dict[str, Any]:
+    """Plain-data form of facts (tuples become lists), keys in declaration order."""
+    return _to_plain(facts)  # type: ignore[no-any-return]
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def dump_facts(facts: NodeFacts, fmt: Literal["yaml", "json"] = "yaml") -> str:
+    """Serialise facts deterministically: equal facts give equal text."""
+    plain = facts_to_dict(facts)
+    if fmt == "json":
+        return json.dumps(plain, indent=2) + "\n"
+    import yaml
+
+    return str(yaml.safe_dump(plain, sort_keys=False, default_flow_style=None, width=100))
+
+
+def facts_from_dict(data: Any, source: str = "<facts>") -> NodeFacts:
+    """Build and validate facts from plain data, naming ``source`` in every error."""
+    if not isinstance(data, Mapping):
+        raise FactsError(source, "", f"expected a mapping at the top level, got {_kind(data)}")
+    version = data.get("schema_version", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise FactsError(
+            source,
+            "schema_version",
+            f"unsupported schema version {version!r}; this gfd reads version {SCHEMA_VERSION}",
+        )
+    facts: NodeFacts = _build(NodeFacts, data, source, "")
+    _check_consistency(facts, source)
+    return facts
+
+
+def load_facts_text(text: str, source: str, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
+    """Parse YAML or JSON facts text. Top-level ``extra_keys`` are ignored (e.g. ``faults``)."""
+    data = parse_document(text, source)
+    if isinstance(data, Mapping) and extra_keys:
+        data = {k: v for k, v in data.items() if k not in extra_keys}
+    return facts_from_dict(data, source)
+
+
+def load_facts(path: str | Path, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
+    """Load a facts file (YAML or JSON)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FactsError(source, "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FactsError(source, "", f"not UTF-8 text: {exc.reason}") from exc
+    return load_facts_text(text, source, extra_keys)
+
+
+def parse_document(text: str, source: str) -> Any:
+    """Parse YAML (a superset of JSON), turning parser errors into FactsError with a line."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise FactsError(source, line, f"not valid YAML/JSON: {exc.problem}") from exc
+    except yaml.YAMLError as exc:
+        raise FactsError(source, "", f"not valid YAML/JSON: {exc}") from exc
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", str: "a string", float: "a number"}.get(
+        type(value),
+        "a list"
+        if isinstance(value, list)
+        else "a mapping"
+        if isinstance(value, Mapping)
+        else type(value).__name__,
+    )
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _build(cls: type, data: Any, source: str, path: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise FactsError(source, path or "(top level)", f"expected a mapping, got {_kind(data)}")
+    hints = _hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            raise FactsError(
+                source,
+                _join(path, str(key)),
+                f"unknown field (expected one of: {', '.join(known)})",
+            )
+    kwargs: dict[str, Any] = {}
+    for name, f in known.items():
+        where = _join(path, name)
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise FactsError(source, where, "required field is missing")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], source, where)
+    return cls(**kwargs)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _convert(hint: Any, value: Any, source: str, path: str) -> Any:
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, source, path)
+    if origin is Literal:
+        allowed = get_args(hint)
+        if value not in allowed:
+            raise FactsError(
+                source, path, f"{value!r} is not one of {', '.join(repr(a) for a in allowed)}"
+            )
+        return value
+    if origin is tuple:
+        (item,) = [a for a in get_args(hint) if a is not Ellipsis]
+        if not isinstance(value, list):
+            raise FactsError(source, path, f"expected a list, got {_kind(value)}")
+        return tuple(_convert(item, v, source, f"{path}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, source, path)  # type: ignore[arg-type]
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise FactsError(source, path, f"expected a boolean, got {_kind(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise FactsError(source, path, f"expected an integer, got {_kind(value)}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise FactsError(source, path, f"expected a string, got {_kind(value)}")
+        return value
+    raise TypeError(f"facts model has an unsupported type {hint!r} at {path}")  # pragma: no cover
+
+
+def _check_consistency(facts: NodeFacts, source: str) -> None:
+    """Cross-field rules that types alone cannot express."""
+    seen_index: set[int] = set()
+    seen_bus: set[str] = set()
+    for i, gpu in enumerate(facts.gpus):
+        where = f"gpus[{i}]"
+        if gpu.index != i:
+            raise FactsError(
+                source,
+                f"{where}.index",
+                f"GPU indices must be 0..N-1 in order; got {gpu.index} at position {i}",
+            )
+        seen_index.add(gpu.index)
+        if not BUS_ID_PATTERN.match(gpu.bus_id):
+            raise FactsError(
+                source,
+                f"{where}.bus_id",
+                f"{gpu.bus_id!r} is not an NVML PCI bus id like '00000000:1B:00.0'",
+            )
+        if gpu.bus_id in seen_bus:
+            raise FactsError(source, f"{where}.bus_id", f"bus id {gpu.bus_id} is used by two GPUs")
+        seen_bus.add(gpu.bus_id)
+        if gpu.cpu_affinity is not None and not CPULIST_PATTERN.match(gpu.cpu_affinity):
+            raise FactsError(
+                source,
+                f"{where}.cpu_affinity",
+                f"{gpu.cpu_affinity!r} is not a cpulist like '0-47,96-143'",
+            )
+        for j, link in enumerate(gpu.nvlinks):
+            if link.remote_bus_id is not None and not BUS_ID_PATTERN.match(link.remote_bus_id):
+                raise FactsError(
+                    source,
+                    f"{where}.nvlinks[{j}].remote_bus_id",
+                    f"{link.remote_bus_id!r} is not an NVML PCI bus id",
+                )
+        if gpu.memory_total_bytes is not None and gpu.memory_total_bytes < 0:
+            raise FactsError(source, f"{where}.memory_total_bytes", "must not be negative")
+    n = len(facts.gpus)
+    seen_pairs: set[tuple[int, int]] = set()
+    for k, pair in enumerate(facts.pci_pairs):
+        where = f"pci_pairs[{k}]"
+        if not (0 <= pair.a < pair.b < n):
+            raise FactsError(
+                source,
+                where,
+                f"pair ({pair.a}, {pair.b}) must name two GPU indices a < b below {n}",
+            )
+        if (pair.a, pair.b) in seen_pairs:
+            raise FactsError(source, where, f"pair ({pair.a}, {pair.b}) is listed twice")
+        seen_pairs.add((pair.a, pair.b))
+
+
+# --------------------------------------------------------------------------- #
+# cpulist helpers shared by the reader, the simulator and the topology renderer
+
+
+def cpulist_from_ids(cpus: list[int] | tuple[int, ...]) -> str:
+    """Canonical Linux cpulist for a set of CPU ids: ``[0,1,2,5]`` → ``0-2,5``."""
+    ids = sorted(set(cpus))
+    ranges: list[str] = []
+    start = prev = None
+    for cpu in ids:
+        if prev is not None and cpu == prev + 1:
+            prev = cpu
+            continue
+        if start is not None:
+            ranges.append(f"{start}-{prev}" if start != prev else f"{start}")
+        start = prev = cpu
+    if start is not None:
+        ranges.append(f"{start}-{prev}" if start != prev else f"{start}")
+    return ",".join(ranges)
+
+
+def cpulist_to_ids(cpulist: str) -> list[int]:
+    """CPU ids of a cpulist: ``0-2,5`` → ``[0, 1, 2, 5]``."""
+    ids: list[int] = []
+    for part in filter(None, cpulist.split(",")):
+        lo, _, hi = part.partition("-")
+        ids.extend(range(int(lo), int(hi or lo) + 1))
+    return ids

@@ -1,0 +1,87 @@
+"""Labels: pure functions from facts (and options) to a validated ``dict[str, str]``.
+
+This package owns the label map. Small labelers, one per concern, are merged in a
+fixed, documented order (later wins on a shared key):
+
+1. timestamp, 2. driver and CUDA versions, 3. machine, 4. full-GPU product
+labels, 5. GPU mode, 6. MIG capability, 7. topology.
+
+Every key and value is checked against Kubernetes' label rules before it leaves
+this layer; an invalid one is dropped and reported, never emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from gfd.facts import NodeFacts
+from gfd.labels import core
+from gfd.labels.rules import key_problem, value_problem
+
+Labels = dict[str, str]
+
+
+@dataclass(frozen=True)
+class LabelOptions:
+    """What besides the facts shapes the labels."""
+
+    #: Unix seconds taken once per process start, or None for ``--no-timestamp``.
+    timestamp: int | None = None
+    mig_strategy: str = "none"
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """The validated labels of one cycle, and what was dropped on the way (key, why)."""
+
+    labels: Mapping[str, str]
+    dropped: tuple[tuple[str, str], ...] = field(default=())
+
+
+def merge(parts: Iterable[Mapping[str, str]]) -> Labels:
+    """Merge label maps in order; a later map wins on a shared key."""
+    merged: Labels = {}
+    for part in parts:
+        merged.update(part)
+    return merged
+
+
+def validated(labels: Mapping[str, str]) -> LabelSet:
+    """Keep only valid labels, sorted by key; report what was dropped and why."""
+    kept: Labels = {}
+    dropped: list[tuple[str, str]] = []
+    for key in sorted(labels):
+        value = labels[key]
+        problem = key_problem(key)
+        if problem is None:
+            problem = value_problem(value)
+            if problem is not None:
+                problem = f"value {value!r}: {problem}"
+        else:
+            problem = f"key: {problem}"
+        if problem is None:
+            kept[key] = value
+        else:
+            dropped.append((key, problem))
+    return LabelSet(labels=kept, dropped=tuple(dropped))
+
+
+def build_labels(
+    facts: NodeFacts,
+    options: LabelOptions,
+    *,
+    extra: Iterable[Callable[[NodeFacts], Mapping[str, str]]] = (),
+) -> LabelSet:
+    """All labels for ``facts``: the core labelers in order, then ``extra`` labelers."""
+    parts: list[Mapping[str, str]] = [
+        core.timestamp_labels(options.timestamp),
+        core.driver_version_labels(facts),
+        core.cuda_runtime_labels(facts),
+        core.machine_labels(facts),
+        core.product_labels(facts),
+        core.gpu_mode_labels(facts),
+        core.mig_capable_labels(facts),
+    ]
+    parts.extend(labeler(facts) for labeler in extra)
+    return validated(merge(parts))

@@ -1,0 +1,141 @@
+"""The GFD-compatible core labelers: versions, product, machine, GPU mode, MIG capability.
+
+Each labeler is a pure function from facts (and options) to a label map with
+the reference's keys and values (``reference/GFD-COMPAT.md``). Values built from
+free text go through :func:`gfd.labels.rules.sanitise_value`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gfd.facts import Gpu, NodeFacts
+from gfd.labels.rules import sanitise_value
+
+PREFIX = "nvidia.com/"
+MIB = 1 << 20
+
+PCI_CLASS_MODES = {0x030000: "graphics", 0x030200: "compute"}
+
+
+def timestamp_labels(timestamp: int | None) -> dict[str, str]:
+    """``gfd.timestamp``: taken once per process start, so it does not churn every cycle."""
+    return {} if timestamp is None else {f"{PREFIX}gfd.timestamp": str(timestamp)}
+
+
+def driver_version_labels(facts: NodeFacts) -> dict[str, str]:
+    """``cuda.driver-version.*`` and the deprecated ``cuda.driver.*`` twins."""
+    if not facts.driver_version:
+        return {}
+    parts = facts.driver_version.split(".")
+    major = parts[0]
+    minor = parts[1] if len(parts) > 1 else ""
+    revision = parts[2] if len(parts) > 2 else ""
+    return {
+        f"{PREFIX}cuda.driver-version.major": major,
+        f"{PREFIX}cuda.driver-version.minor": minor,
+        f"{PREFIX}cuda.driver-version.revision": revision,
+        f"{PREFIX}cuda.driver-version.full": facts.driver_version,
+        f"{PREFIX}cuda.driver.major": major,
+        f"{PREFIX}cuda.driver.minor": minor,
+        f"{PREFIX}cuda.driver.rev": revision,
+    }
+
+
+def cuda_runtime_labels(facts: NodeFacts) -> dict[str, str]:
+    """``cuda.runtime-version.*`` from the CUDA driver API version (12040 → 12.4)."""
+    version = facts.cuda_driver_version
+    if version is None:
+        return {}
+    major, minor = version // 1000, (version % 1000) // 10
+    return {
+        f"{PREFIX}cuda.runtime-version.major": str(major),
+        f"{PREFIX}cuda.runtime-version.minor": str(minor),
+        f"{PREFIX}cuda.runtime-version.full": f"{major}.{minor}",
+        f"{PREFIX}cuda.runtime.major": str(major),
+        f"{PREFIX}cuda.runtime.minor": str(minor),
+    }
+
+
+def machine_labels(facts: NodeFacts) -> dict[str, str]:
+    """``gpu.machine``: the DMI product name, sanitised; ``unknown`` when unreadable."""
+    machine = sanitise_value(facts.machine_type) if facts.machine_type is not None else ""
+    return {f"{PREFIX}gpu.machine": machine or "unknown"}
+
+
+def gpu_family(major: int, minor: int) -> str:
+    """The reference's architecture family name for a CUDA compute capability."""
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    return {
+        1: "tesla",
+        2: "fermi",
+        3: "kepler",
+        5: "maxwell",
+        6: "pascal",
+        9: "hopper",
+        10: "blackwell",
+        12: "blackwell",
+        13: "rubin",
+    }.get(major, "undefined")
+
+
+def models_by_count(gpus: Sequence[Gpu]) -> list[list[Gpu]]:
+    """GPUs grouped by model name, the labelled model first.
+
+    The reference labels a node with several models from whichever labeler ran
+    last, which flaps between cycles. gfd orders models deterministically: most
+    GPUs first, ties broken by the lowest GPU index.
+    """
+    groups: dict[str, list[Gpu]] = {}
+    for gpu in gpus:
+        groups.setdefault(gpu.name, []).append(gpu)
+    return sorted(groups.values(), key=lambda group: (-len(group), group[0].index))
+
+
+def full_gpu_labels(gpus: Sequence[Gpu]) -> dict[str, str]:
+    """``gpu.product``/``count``/``replicas``/``memory``/``compute.*``/``family`` of one model."""
+    first = gpus[0]
+    labels = {
+        f"{PREFIX}gpu.product": sanitise_value(first.name),
+        f"{PREFIX}gpu.count": str(len(gpus)),
+        # MIG-enabled GPUs labelled as full GPUs cannot be handed out whole; as in the
+        # reference, one MIG-disabled GPU of the model is enough for replicas 1.
+        f"{PREFIX}gpu.replicas": "0" if all(g.mig_mode_current for g in gpus) else "1",
+        f"{PREFIX}gpu.sharing-strategy": "none",
+    }
+    if first.memory_total_bytes:
+        labels[f"{PREFIX}gpu.memory"] = str(first.memory_total_bytes // MIB)
+    if first.compute_major:
+        minor = first.compute_minor or 0
+        labels[f"{PREFIX}gpu.compute.major"] = str(first.compute_major)
+        labels[f"{PREFIX}gpu.compute.minor"] = str(minor)
+        labels[f"{PREFIX}gpu.family"] = gpu_family(first.compute_major, minor)
+    return labels
+
+
+def product_labels(facts: NodeFacts) -> dict[str, str]:
+    """Full-GPU labels of the node's labelled model (see :func:`models_by_count`)."""
+    groups = models_by_count(facts.gpus)
+    return full_gpu_labels(groups[0]) if groups else {}
+
+
+def gpu_mode_labels(facts: NodeFacts) -> dict[str, str]:
+    """``gpu.mode`` from the PCI class: graphics, compute, or unknown when mixed or unreadable."""
+    if not facts.gpus:
+        return {}
+    modes = {
+        PCI_CLASS_MODES.get(g.pci_class, "unknown") if g.pci_class is not None else "unknown"
+        for g in facts.gpus
+    }
+    return {f"{PREFIX}gpu.mode": modes.pop() if len(modes) == 1 else "unknown"}
+
+
+def mig_capable_labels(facts: NodeFacts) -> dict[str, str]:
+    """``mig.capable``: true when any GPU answers the MIG mode query."""
+    if not facts.gpus:
+        return {}
+    capable = any(g.mig_mode_current is not None for g in facts.gpus)
+    return {f"{PREFIX}mig.capable": "true" if capable else "false"}

@@ -1,0 +1,217 @@
+"""The NVML simulator: serve a facts file through a fake ``libnvidia-ml.so.1``.
+
+This package owns the simulator's Python side: the bundled profiles (facts files
+that model real machines, in ``profiles/``), loading a profile with its optional
+``faults:`` section, and :func:`simulate`, which writes the machine file and a
+fake sysfs tree into a temporary directory and points the C library
+(``_nvmlsim``, built from ``nvmlsim.c``) at them. The reader then runs its normal
+code path against ``SimulatedMachine.library_path`` and ``sysfs_root``.
+
+pynvml keeps one library per process and caches its symbols, so the library is
+loaded once (``ctypes.CDLL`` of the same path returns the same ``dlopen``
+handle pynvml gets) and reconfigured for each machine. One simulated machine is
+active per process at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.machinery
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gfd.errors import GfdError
+from gfd.facts import NodeFacts, facts_from_dict, facts_to_dict, load_facts, parse_document
+from gfd.sim.faults import NO_FAULTS, CallError, Faults, GpuLost, check_faults, parse_faults
+from gfd.sim.machine_file import check_servable, render_machine_file
+from gfd.sim.sysfs_tree import write_sysfs_tree
+
+__all__ = [
+    "BUNDLED_PROFILES",
+    "CONFIG_ENV",
+    "CallError",
+    "Faults",
+    "GpuLost",
+    "SimulatedMachine",
+    "SimulationProfile",
+    "library_path",
+    "load_profile",
+    "profile_path",
+    "simulate",
+]
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+#: Environment variable the library reads at ``nvmlInit`` when nothing configured it.
+CONFIG_ENV = "GFD_SIM_CONFIG"
+#: Name under which consumers that ``dlopen`` the driver's library find the simulator.
+NVML_SONAME = "libnvidia-ml.so.1"
+
+BUNDLED_PROFILES: tuple[str, ...] = tuple(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+
+
+@dataclass(frozen=True)
+class SimulationProfile:
+    """A machine to simulate: its facts, what goes wrong on it, and where it came from."""
+
+    facts: NodeFacts
+    faults: Faults = NO_FAULTS
+    source: str = "<profile>"
+
+
+@dataclass(frozen=True)
+class SimulatedMachine:
+    """A configured simulated machine; valid inside the :func:`simulate` block only."""
+
+    library_path: Path
+    sysfs_root: Path
+    machine_type_file: Path
+    profile: SimulationProfile
+    #: The machine file the library reads (also for other processes, via CONFIG_ENV).
+    config_path: Path
+    #: A directory holding ``libnvidia-ml.so.1`` (a link to the simulator).
+    nvml_dir: Path
+
+    def environment(self) -> dict[str, str]:
+        """Variables that make another process (``dlopen("libnvidia-ml.so.1")``) see this machine."""
+        library_dirs = [str(self.nvml_dir), os.environ.get("LD_LIBRARY_PATH", "")]
+        return {
+            CONFIG_ENV: str(self.config_path),
+            "LD_LIBRARY_PATH": os.pathsep.join(d for d in library_dirs if d),
+        }
+
+
+def profile_path(name_or_path: str) -> Path:
+    """The file of a bundled profile name, or ``name_or_path`` itself if it is an existing file."""
+    if name_or_path in BUNDLED_PROFILES:
+        return PROFILES_DIR / f"{name_or_path}.yaml"
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    raise GfdError(
+        f"simulation profile {name_or_path!r} is neither a bundled profile "
+        f"({', '.join(BUNDLED_PROFILES)}) nor an existing file"
+    )
+
+
+def load_profile(name_or_path: str) -> SimulationProfile:
+    """Load a profile: a NodeFacts document plus an optional top-level ``faults:`` section."""
+    path = profile_path(name_or_path)
+    source = str(path)
+    facts = load_facts(path, extra_keys=frozenset({"faults"}))
+    document = parse_document(path.read_text(encoding="utf-8"), source)
+    faults = parse_faults(document.get("faults"), source, len(facts.gpus))
+    check_servable(facts, source)
+    return SimulationProfile(facts=facts, faults=faults, source=source)
+
+
+def library_path() -> Path:
+    """The built simulator library (``gfd/sim/_nvmlsim*.so``)."""
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = here / f"_nvmlsim{suffix}"
+        if candidate.is_file():
+            return candidate
+    raise GfdError(
+        f"the NVML simulator library is missing from {here} (expected _nvmlsim"
+        f"{importlib.machinery.EXTENSION_SUFFIXES[0]}): gfd was not built; run "
+        "'python setup.py build_ext --inplace' in a source checkout, or install gfd from a wheel"
+    )
+
+
+_loaded: dict[Path, ctypes.CDLL] = {}
+_active = threading.Lock()
+
+
+def _library(path: Path) -> ctypes.CDLL:
+    if path not in _loaded:
+        try:
+            library = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise GfdError(f"cannot load the NVML simulator {path}: {exc}") from exc
+        library.gfdsim_configure.argtypes = [ctypes.c_char_p]
+        library.gfdsim_configure.restype = ctypes.c_int
+        library.gfdsim_last_error.argtypes = []
+        library.gfdsim_last_error.restype = ctypes.c_char_p
+        _loaded[path] = library
+    return _loaded[path]
+
+
+def configure_library(library: ctypes.CDLL, config_path: Path | None) -> None:
+    """Point a loaded simulator at a machine file (None: no machine, like no driver)."""
+    encoded = os.fsencode(config_path) if config_path is not None else None
+    if library.gfdsim_configure(encoded) != 0:
+        detail = library.gfdsim_last_error().decode("utf-8", "replace")
+        raise GfdError(f"the NVML simulator rejected its machine file: {detail}")
+
+
+def _checked(facts: NodeFacts, source: str) -> None:
+    """Facts built in code get the checks a loaded file gets."""
+    facts_from_dict(facts_to_dict(facts), source)
+    check_servable(facts, source)
+
+
+def _as_profile(profile: str | Path | SimulationProfile | NodeFacts) -> SimulationProfile:
+    if isinstance(profile, SimulationProfile):
+        _checked(profile.facts, profile.source)
+        check_faults(profile.faults, profile.source, len(profile.facts.gpus))
+        return profile
+    if isinstance(profile, NodeFacts):
+        _checked(profile, "<facts>")
+        return SimulationProfile(facts=profile, source="<facts>")
+    return load_profile(str(profile))
+
+
+@contextlib.contextmanager
+def simulate(
+    profile: str | Path | SimulationProfile | NodeFacts, *, workdir: Path | None = None
+) -> Iterator[SimulatedMachine]:
+    """Serve ``profile`` through the simulator library for the duration of the block.
+
+    ``profile`` is a bundled name, a profile file, a loaded profile or bare facts.
+    The machine file and sysfs tree go to a new directory under ``workdir`` (the
+    system temporary directory by default), removed afterwards; the library is
+    left unconfigured on exit, so a late ``nvmlInit`` fails like a driverless host.
+    """
+    resolved = _as_profile(profile)
+    path = library_path()
+    library = _library(path)
+    if not _active.acquire(blocking=False):
+        raise GfdError(
+            "a simulated machine is already active in this process; NVML has one "
+            "library per process, so leave the other simulate() block first"
+        )
+    try:
+        directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
+        try:
+            config_path = directory / "machine.conf"
+            config_path.write_text(
+                render_machine_file(resolved.facts, resolved.faults), encoding="utf-8"
+            )
+            sysfs_root = directory / "sys"
+            machine_type_file = write_sysfs_tree(resolved.facts, sysfs_root)
+            nvml_dir = directory / "lib"
+            nvml_dir.mkdir()
+            (nvml_dir / NVML_SONAME).symlink_to(path)
+            configure_library(library, config_path)
+            try:
+                yield SimulatedMachine(
+                    library_path=path,
+                    sysfs_root=sysfs_root,
+                    machine_type_file=machine_type_file,
+                    profile=resolved,
+                    config_path=config_path,
+                    nvml_dir=nvml_dir,
+                )
+            finally:
+                configure_library(library, None)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        _active.release()
+

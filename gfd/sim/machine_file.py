@@ -1,0 +1,254 @@
+"""The machine file: facts and faults rendered for the C simulator to read.
+
+This module owns the Python half of the line format documented at the top of
+``nvmlsim.c`` (``gfdsim-config 1``): :func:`render_machine_file` writes it, and
+:func:`check_servable` rejects facts that NVML could not report as given (a name
+longer than NVML's buffers, an NVLink index past ``NVML_NVLINK_MAX_LINKS``, a
+line break inside a string), naming the source and the field.
+"""
+
+from __future__ import annotations
+
+from gfd.facts import (
+    FABRIC_STATES,
+    NVLINK_REMOTE_TYPES,
+    PCI_LEVELS,
+    FactsError,
+    Gpu,
+    MigDevice,
+    NodeFacts,
+)
+from gfd.sim.faults import Faults
+
+MAGIC = "gfdsim-config 1"
+
+#: nvml.h buffer sizes (terminating NUL included).
+NAME_BUFFER = 96
+UUID_BUFFER = 96
+DRIVER_VERSION_BUFFER = 80
+#: nvml.h ``NVML_NVLINK_MAX_LINKS`` (13.x headers).
+NVLINK_MAX_LINKS = 36
+GPU_INSTANCE_PROFILE_COUNT = 0x12
+
+#: GPU instance profile ids (as ``nvidia-smi mig -lgip`` shows them) that NVML
+#: serves at a fixed ``NVML_GPU_INSTANCE_PROFILE_*`` index on every MIG GPU.
+_GI_PROFILE_INDEX_BY_ID = {19: 0x0, 14: 0x1, 9: 0x2, 5: 0x3, 0: 0x4, 20: 0x7, 15: 0x9}
+#: Fallback for other ids, by (GPU slices, media extensions).
+_GI_PROFILE_INDEX_BY_SHAPE = {
+    (1, False): 0x0,
+    (2, False): 0x1,
+    (3, False): 0x2,
+    (4, False): 0x3,
+    (7, False): 0x4,
+    (8, False): 0x5,
+    (6, False): 0x6,
+    (1, True): 0x7,
+    (2, True): 0x8,
+}
+
+
+def gi_profile_indices(gpu: Gpu) -> dict[int, int]:
+    """``NVML_GPU_INSTANCE_PROFILE_*`` index of each GI profile id used on ``gpu``."""
+    indices: dict[int, int] = {}
+    taken: set[int] = set()
+    pending: list[MigDevice] = []
+    for mig in gpu.mig_devices:
+        if mig.gi_profile_id in indices:
+            continue
+        known = _GI_PROFILE_INDEX_BY_ID.get(mig.gi_profile_id)
+        if known is not None and known not in taken:
+            indices[mig.gi_profile_id] = known
+            taken.add(known)
+        else:
+            pending.append(mig)
+    for mig in pending:
+        if mig.gi_profile_id in indices:
+            continue
+        shaped = _GI_PROFILE_INDEX_BY_SHAPE.get((mig.gi_slice_count, mig.media_extensions))
+        if shaped is None or shaped in taken:
+            shaped = min(set(range(GPU_INSTANCE_PROFILE_COUNT)) - taken)
+        indices[mig.gi_profile_id] = shaped
+        taken.add(shaped)
+    return indices
+
+
+def check_servable(facts: NodeFacts, source: str) -> None:
+    """Raise FactsError if NVML could not report ``facts`` exactly as written."""
+    if facts.driver_version is not None:
+        _check_text(facts.driver_version, DRIVER_VERSION_BUFFER, source, "driver_version")
+    if facts.cuda_driver_version is not None and not 0 <= facts.cuda_driver_version < 2**31:
+        raise FactsError(source, "cuda_driver_version", "must fit a C int and not be negative")
+    if facts.machine_type is not None and ("\n" in facts.machine_type or "\0" in facts.machine_type):
+        raise FactsError(source, "machine_type", "must be one line of text")
+    for i, gpu in enumerate(facts.gpus):
+        where = f"gpus[{i}]"
+        _check_text(gpu.name, NAME_BUFFER, source, f"{where}.name")
+        _check_text(gpu.uuid, UUID_BUFFER, source, f"{where}.uuid")
+        for name in (
+            "pci_device_id",
+            "pci_class",
+            "architecture",
+            "brand",
+            "gpu_numa_id",
+            "compute_major",
+            "compute_minor",
+            "nvlink_version",
+        ):
+            value = getattr(gpu, name)
+            if value is not None and not 0 <= value < 2**32:
+                raise FactsError(source, f"{where}.{name}", f"{value} does not fit 32 bits unsigned")
+        if (gpu.compute_major is None) != (gpu.compute_minor is None):
+            raise FactsError(
+                source, f"{where}.compute_minor", "compute_major and compute_minor come together"
+            )
+        if (gpu.mig_mode_current is None) != (gpu.mig_mode_pending is None):
+            raise FactsError(
+                source,
+                f"{where}.mig_mode_pending",
+                "mig_mode_current and mig_mode_pending come together (both null: no MIG)",
+            )
+        if gpu.mig_devices and gpu.mig_mode_current is not True:
+            raise FactsError(
+                source, f"{where}.mig_devices", "MIG devices need mig_mode_current: true"
+            )
+        seen_links: set[int] = set()
+        for j, link in enumerate(gpu.nvlinks):
+            if not 0 <= link.index < NVLINK_MAX_LINKS:
+                raise FactsError(
+                    source,
+                    f"{where}.nvlinks[{j}].index",
+                    f"{link.index} is not a link index below {NVLINK_MAX_LINKS}",
+                )
+            if link.index in seen_links:
+                raise FactsError(
+                    source, f"{where}.nvlinks[{j}].index", f"link {link.index} is listed twice"
+                )
+            seen_links.add(link.index)
+        if gpu.fabric is not None:
+            hexed = gpu.fabric.cluster_uuid.replace("-", "")
+            if len(hexed) != 32 or any(c not in "0123456789abcdefABCDEF" for c in hexed):
+                raise FactsError(
+                    source,
+                    f"{where}.fabric.cluster_uuid",
+                    f"{gpu.fabric.cluster_uuid!r} is not a UUID of 32 hex digits",
+                )
+            for name in ("clique_id", "status", "health_mask"):
+                value = getattr(gpu.fabric, name)
+                if value is not None and not 0 <= value < 2**32:
+                    raise FactsError(
+                        source, f"{where}.fabric.{name}", f"{value} does not fit 32 bits unsigned"
+                    )
+        seen_migs: set[int] = set()
+        for j, mig in enumerate(gpu.mig_devices):
+            mwhere = f"{where}.mig_devices[{j}]"
+            if mig.index in seen_migs or mig.index < 0:
+                raise FactsError(
+                    source, f"{mwhere}.index", f"MIG index {mig.index} is negative or listed twice"
+                )
+            seen_migs.add(mig.index)
+            _check_text(mig.name, NAME_BUFFER, source, f"{mwhere}.name")
+            _check_text(mig.uuid, UUID_BUFFER, source, f"{mwhere}.uuid")
+            for name in (
+                "memory_total_bytes",
+                "gpu_instance_id",
+                "compute_instance_id",
+                "gi_profile_id",
+                "gi_slice_count",
+                "gi_memory_mib",
+                "ci_slice_count",
+                "multiprocessors",
+                "copy_engines",
+                "decoders",
+                "encoders",
+                "jpeg_decoders",
+                "ofa_engines",
+            ):
+                value = getattr(mig, name)
+                limit = 2**64 if name == "memory_total_bytes" else 2**32
+                if not 0 <= value < limit:
+                    raise FactsError(source, f"{mwhere}.{name}", f"{value} is out of range")
+
+
+def _check_text(value: str, buffer: int, source: str, path: str) -> None:
+    if "\n" in value or "\r" in value or "\0" in value:
+        raise FactsError(source, path, "must be one line of text")
+    if len(value.encode("utf-8")) >= buffer:
+        raise FactsError(
+            source, path, f"{value!r} is longer than NVML's {buffer - 1}-byte limit"
+        )
+
+
+def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
+    """The machine file text for ``facts`` with ``faults`` (facts must be servable)."""
+    lines = [MAGIC]
+    if facts.driver_version is not None:
+        lines.append(f"driver_version {facts.driver_version}")
+    if facts.cuda_driver_version is not None:
+        lines.append(f"cuda_driver_version {facts.cuda_driver_version}")
+    for gpu in facts.gpus:
+        lines.extend(_gpu_lines(gpu))
+    for pair in facts.pci_pairs:
+        lines.append(f"pair {pair.a} {pair.b} {PCI_LEVELS[pair.level]}")
+    for error in faults.errors:
+        only_gpu = "-" if error.gpu is None else str(error.gpu)
+        times = "-" if error.times is None else str(error.times)
+        lines.append(f"fault_error {error.call} {error.code} {only_gpu} {times}")
+    for lost in faults.gpu_lost:
+        lines.append(f"fault_gpu_lost {lost.gpu} {lost.after_calls}")
+    if faults.driver_not_loaded_inits:
+        lines.append(f"fault_driver_not_loaded {faults.driver_not_loaded_inits}")
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_lines(gpu: Gpu) -> list[str]:
+    lines = [
+        f"gpu {gpu.index}",
+        f"name {gpu.name}",
+        f"uuid {gpu.uuid}",
+        f"bus_id {gpu.bus_id}",
+    ]
+    optional = {
+        "pci_device_id": gpu.pci_device_id,
+        "pci_class": gpu.pci_class,
+        "memory_total_bytes": gpu.memory_total_bytes,
+        "architecture": gpu.architecture,
+        "brand": gpu.brand,
+        "gpu_numa_id": gpu.gpu_numa_id,
+        "nvlink_version": gpu.nvlink_version,
+    }
+    lines.extend(f"{key} {value}" for key, value in optional.items() if value is not None)
+    if gpu.compute_major is not None and gpu.compute_minor is not None:
+        lines.append(f"compute_capability {gpu.compute_major} {gpu.compute_minor}")
+    if gpu.cpu_affinity is not None:
+        lines.append(f"cpu_affinity {gpu.cpu_affinity}")
+    if gpu.mig_mode_current is not None and gpu.mig_mode_pending is not None:
+        lines.append(f"mig_mode {int(gpu.mig_mode_current)} {int(gpu.mig_mode_pending)}")
+    for link in gpu.nvlinks:
+        bus = link.remote_bus_id if link.remote_bus_id is not None else "-"
+        kind = NVLINK_REMOTE_TYPES[link.remote_type] if link.remote_type is not None else "-"
+        lines.append(f"nvlink {link.index} {int(link.active)} {bus} {kind}")
+    if gpu.fabric is not None:
+        fabric = gpu.fabric
+        health = "-" if fabric.health_mask is None else str(fabric.health_mask)
+        lines.append(
+            f"fabric {fabric.cluster_uuid.replace('-', '').lower()} {fabric.clique_id} "
+            f"{FABRIC_STATES[fabric.state]} {fabric.status} {health}"
+        )
+    indices = gi_profile_indices(gpu)
+    for mig in gpu.mig_devices:
+        lines.extend(
+            [
+                f"mig {mig.index}",
+                f"mig_uuid {mig.uuid}",
+                f"mig_name {mig.name}",
+                f"mig_memory_total_bytes {mig.memory_total_bytes}",
+                f"mig_instance {mig.gpu_instance_id} {mig.compute_instance_id}",
+                f"mig_gi_profile {mig.gi_profile_id} {indices[mig.gi_profile_id]} "
+                f"{mig.gi_slice_count} {mig.gi_memory_mib}",
+                f"mig_ci_profile {mig.ci_slice_count} {mig.multiprocessors}",
+                f"mig_engines {mig.copy_engines} {mig.decoders} {mig.encoders} "
+                f"{mig.jpeg_decoders} {mig.ofa_engines}",
+                f"mig_media_extensions {int(mig.media_extensions)}",
+            ]
+        )
+    return lines

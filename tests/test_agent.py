@@ -1,0 +1,191 @@
+"""The agent cycle: last good labels survive NVML faults, a failing sink does not stop the others."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from gfd.agent import Agent, Derived, LoopControl, next_delay
+from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
+from gfd.facts import NodeFacts
+from gfd.labels import LabelOptions
+from gfd.sinks import Publication
+from tests.factories import make_facts, make_gpu
+
+
+class RecordingSink:
+    def __init__(self, name: str = "recording", fail: Exception | None = None) -> None:
+        self.name = name
+        self.fail = fail
+        self.published: list[Publication] = []
+        self.current: Publication | None = None
+        self.closed = False
+
+    def publish(self, publication: Publication) -> bool:
+        if self.fail is not None:
+            raise self.fail
+        self.published.append(publication)
+        changed = self.current is None or dict(self.current.labels) != dict(publication.labels)
+        self.current = publication
+        return changed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Log:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, object]]] = []
+
+    def _record(self, level: str) -> Callable[..., None]:
+        return lambda event, **kw: self.events.append((level, event, kw))
+
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        return self._record(level)
+
+
+def no_topology(_facts: NodeFacts) -> Derived:
+    return Derived(
+        labels={"nvidia.com/gpu.interconnect": "test"},
+        annotations={"nvidia.com/gpu.topology": "{}"},
+    )
+
+
+def scripted(*results: NodeFacts | Exception) -> Callable[[], NodeFacts]:
+    queue = list(results)
+
+    def read() -> NodeFacts:
+        item = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    return read
+
+
+def agent_with(read: Callable[[], NodeFacts], *sinks: RecordingSink, **kw: object) -> Agent:
+    return Agent(
+        read_facts=read,
+        sinks=sinks,
+        options=LabelOptions(timestamp=1700000000),
+        log=Log(),
+        derive=no_topology,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+GOOD = make_facts([make_gpu(0), make_gpu(1)])
+LOST = NvmlGpuLost("nvmlDeviceGetMemoryInfo", 15, "NVML_ERROR_GPU_IS_LOST")
+UNKNOWN = NvmlError("nvmlDeviceGetName", 999, "NVML_ERROR_UNKNOWN")
+NOT_READY = NvmlNotReady("nvmlInit", 9, "NVML_ERROR_DRIVER_NOT_LOADED")
+
+
+def test_cycle_publishes_labels_and_annotations() -> None:
+    sink = RecordingSink()
+    outcome = agent_with(scripted(GOOD), sink).cycle()
+    assert outcome.ok and outcome.wrote == ("recording",)
+    assert sink.current is not None
+    assert sink.current.labels["nvidia.com/gpu.count"] == "2"
+    assert sink.current.labels["nvidia.com/gpu.interconnect"] == "test"
+    assert sink.current.labels["nvidia.com/gfd.timestamp"] == "1700000000"
+    assert sink.current.annotations == {"nvidia.com/gpu.topology": "{}"}
+
+
+def test_timestamp_moves_to_annotation_when_asked() -> None:
+    sink = RecordingSink()
+    agent_with(scripted(GOOD), sink, timestamp_annotation=True).cycle()
+    assert sink.current is not None
+    assert "nvidia.com/gfd.timestamp" not in sink.current.labels
+    assert sink.current.annotations["nvidia.com/gfd.timestamp"] == "1700000000"
+
+
+@pytest.mark.parametrize(
+    ("error", "kind"), [(LOST, "nvml-gpu-lost"), (UNKNOWN, "nvml"), (NOT_READY, "nvml-not-ready")]
+)
+def test_nvml_fault_publishes_nothing_so_last_good_labels_stay(error: Exception, kind: str) -> None:
+    sink = RecordingSink()
+    agent = agent_with(scripted(GOOD, error, GOOD), sink)
+    assert agent.cycle().ok
+    good = sink.current
+    outcome = agent.cycle()
+    assert not outcome.ok and outcome.kind == kind
+    assert "NVML_ERROR" in outcome.reason
+    assert sink.current is good and len(sink.published) == 1
+    assert agent.cycle().ok
+
+
+def test_init_failure_is_flagged_for_fail_on_init_error() -> None:
+    outcome = agent_with(scripted(NOT_READY), RecordingSink()).cycle()
+    assert outcome.init_failure and not outcome.ok
+
+
+def test_failing_sink_does_not_stop_the_others() -> None:
+    broken = RecordingSink("broken", fail=SinkError("api server down"))
+    healthy = RecordingSink("healthy")
+    outcome = agent_with(scripted(GOOD), broken, healthy).cycle()
+    assert not outcome.ok and outcome.kind == "sink"
+    assert "broken: api server down" in outcome.reason
+    assert outcome.wrote == ("healthy",)
+    assert healthy.current is not None
+
+
+def test_permanent_sink_error_is_classified() -> None:
+    outcome = agent_with(scripted(GOOD), RecordingSink("n", fail=SinkPermanentError("403"))).cycle()
+    assert outcome.kind == "sink-permanent"
+
+
+def test_invalid_label_is_dropped_and_warned_once() -> None:
+    facts = make_facts([make_gpu(0)], driver_version="550.(x).1")
+    log = Log()
+    agent = Agent(
+        read_facts=scripted(facts),
+        sinks=[RecordingSink()],
+        options=LabelOptions(),
+        log=log,
+        derive=no_topology,
+    )
+    agent.cycle()
+    agent.cycle()
+    warnings = [e for e in log.events if e[0] == "warning"]
+    assert {w[2]["key"] for w in warnings} == {
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.driver-version.full",
+        "nvidia.com/cuda.driver.minor",
+    }
+    assert len(warnings) == 3
+
+
+def test_close_closes_sinks() -> None:
+    sink = RecordingSink()
+    agent_with(scripted(GOOD), sink).close()
+    assert sink.closed
+
+
+def test_next_delay_jitter_and_backoff() -> None:
+    rng = random.Random(1)
+    delays = [next_delay(60.0, 0, rng=rng) for _ in range(200)]
+    assert all(54.0 <= d <= 66.0 for d in delays if d is not None)
+    assert len({round(d or 0, 3) for d in delays}) > 100
+    assert next_delay(None, 0) is None
+    backoffs = [next_delay(60.0, n, rng=random.Random(0)) or 0 for n in range(1, 10)]
+    assert backoffs[0] < 1.2 and backoffs[-1] <= 66.0
+    assert backoffs == sorted(backoffs)
+    assert (next_delay(None, 3, rng=random.Random(0)) or 0) < 5
+
+
+def test_loop_control_stop_wakes_sleep_and_stays_set() -> None:
+    control = LoopControl()
+    control.request_stop()
+    control.sleep(30)
+    control.sleep(30)
+    assert control.stop.is_set()
+
+
+def test_loop_control_reload_wakes_once() -> None:
+    control = LoopControl()
+    control.request_reload()
+    control.sleep(30)
+    assert control.reload_requested
+    assert not control.wake.is_set()

@@ -1,0 +1,196 @@
+"""The gfd command as a real process: one-shot, labels, facts, signals, reload, init recovery."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from gfd.facts import dump_facts, load_facts_text
+from gfd.sim import load_profile
+from tests.nfd_rules import read_features_dir
+
+NOW = dt.datetime.now(dt.UTC)
+
+
+def gfd(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gfd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@contextmanager
+def running(*args: str) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gfd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if process.stdout is not None and not process.stdout.closed:
+            process.communicate(timeout=10)
+
+
+def wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def parse_lines(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def test_oneshot_file_parses_to_exactly_the_labels_command(tmp_path: Path) -> None:
+    features = tmp_path / "features.d"
+    features.mkdir()
+    run = gfd(
+        "--simulate",
+        "dgx-a100",
+        "--oneshot",
+        "--no-timestamp",
+        "--output-file",
+        str(features / "gfd"),
+    )
+    assert run.returncode == 0, run.stderr
+    printed = gfd("--simulate", "dgx-a100", "labels")
+    assert printed.returncode == 0, printed.stderr
+    assert read_features_dir(features, NOW) == parse_lines(printed.stdout)
+    labels = parse_lines(printed.stdout)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels["nvidia.com/gpu.count"] == "8"
+
+
+def test_demo_labels_of_dgx_h100() -> None:
+    run = gfd("--simulate", "dgx-h100", "--oneshot", "--no-timestamp", "--output-file", "-")
+    assert run.returncode == 0, run.stderr
+    labels = parse_lines(run.stdout)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert labels["nvidia.com/gpu.count"] == "8"
+    assert labels["nvidia.com/gpu.memory"] == "81559"
+    assert labels["nvidia.com/gpu.family"] == "hopper"
+    assert list(labels) == sorted(labels)
+
+
+def test_oneshot_with_timestamp_writes_one(tmp_path: Path) -> None:
+    before = int(time.time())
+    run = gfd("--simulate", "t4-single", "--oneshot", "-o", str(tmp_path / "gfd"))
+    assert run.returncode == 0, run.stderr
+    stamp = int(read_features_dir(tmp_path, NOW)["nvidia.com/gfd.timestamp"])
+    assert before <= stamp <= int(time.time())
+
+
+def test_facts_output_round_trips(tmp_path: Path) -> None:
+    for fmt in ("yaml", "json"):
+        run = gfd("--simulate", "pcie-l4x4", "facts", "--format", fmt)
+        assert run.returncode == 0, run.stderr
+        assert (
+            load_facts_text(run.stdout, "stdout", extra_keys=frozenset({"derived"}))
+            == load_profile("pcie-l4x4").facts
+        )
+
+
+def test_simulate_a_facts_file(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text(dump_facts(load_profile("t4-single").facts))
+    run = gfd("--simulate", str(path), "labels")
+    assert run.returncode == 0, run.stderr
+    assert parse_lines(run.stdout)["nvidia.com/gpu.product"] == "Tesla-T4"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--simulate", "no-such-machine", "labels"], "no-such-machine"),
+        (["--mig-strategy", "all"], "flag --mig-strategy"),
+        (["--sleep-interval", "soon"], "is not a duration"),
+        (["--frobnicate"], "unrecognized arguments"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_no_traceback(args: list[str], message: str) -> None:
+    run = gfd(*args)
+    assert run.returncode in (1, 2)
+    assert message in run.stderr
+    assert "Traceback" not in run.stderr
+    assert run.stderr.strip().startswith("gfd: error:") or "error" in run.stderr
+
+
+def test_oneshot_failure_is_non_zero_with_one_line_reason(tmp_path: Path) -> None:
+    run = gfd(
+        "--simulate", "t4-single", "--oneshot", "--output-file", str(tmp_path / "missing" / "gfd")
+    )
+    assert run.returncode == 1
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("gfd: error: feature-file:") and "cannot create" in last
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_periodic_agent_promptly(tmp_path: Path) -> None:
+    output = tmp_path / "gfd"
+    with running("--simulate", "dgx-h100", "--sleep-interval", "60s", "-o", str(output)) as process:
+        assert wait_for(output.exists), "first cycle did not write the file"
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=5)
+    assert code == 0
+    assert output.exists(), "the feature file must be kept on exit"
+
+
+@pytest.mark.slow
+def test_sigint_stops_too(tmp_path: Path) -> None:
+    output = tmp_path / "gfd"
+    with running(
+        "--simulate", "t4-single", "--sleep-interval", "60s", "-o", str(output)
+    ) as process:
+        assert wait_for(output.exists)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=5) == 0
+
+
+@pytest.mark.slow
+def test_sighup_reloads_the_config_file(tmp_path: Path) -> None:
+    first, second = tmp_path / "first", tmp_path / "second"
+    config = tmp_path / "gfd.yaml"
+    config.write_text(
+        f"version: v1\nflags:\n  gfd:\n    outputFile: {first}\n    noTimestamp: true\n"
+    )
+    with running(
+        "--simulate", "t4-single", "--sleep-interval", "60s", "--config-file", str(config)
+    ) as process:
+        assert wait_for(first.exists)
+        config.write_text(
+            f"version: v1\nflags:\n  gfd:\n    outputFile: {second}\n    noTimestamp: false\n"
+        )
+        process.send_signal(signal.SIGHUP)
+        assert wait_for(second.exists), "SIGHUP did not reload the config"
+        assert "nvidia.com/gfd.timestamp" in read_features_dir(tmp_path, NOW)
+        # A broken config on reload is reported and the running configuration stays.
+        config.write_text("version: v9\n")
+        process.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=5) == 0
+        _, stderr = process.communicate(timeout=5)
+    assert "config reload failed" in stderr

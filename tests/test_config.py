@@ -1,0 +1,253 @@
+"""Configuration: precedence (flag/env > file > default) and every error path, with what and where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gfd.cli import UsageError, parse_command_line
+from gfd.config import (
+    DEFAULT_OUTPUT_FILE,
+    ConfigError,
+    Settings,
+    SharedResource,
+    Sharing,
+    parse_duration,
+    resolve_settings,
+)
+
+
+def settings_for(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    _, explicit = parse_command_line(argv)
+    return resolve_settings(explicit, env or {})
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_match_the_reference() -> None:
+    s = settings_for([])
+    assert (s.mig_strategy, s.fail_on_init_error, s.oneshot, s.no_timestamp) == (
+        "none",
+        True,
+        False,
+        False,
+    )
+    assert s.sleep_interval == 60.0
+    assert s.output_file == DEFAULT_OUTPUT_FILE
+    assert s.machine_type_file == "/sys/class/dmi/id/product_name"
+    assert s.namespace == "default"
+
+
+def test_flags_in_either_position_and_bool_forms() -> None:
+    s = settings_for(["--oneshot", "labels", "--no-timestamp=true", "--fail-on-init-error=false"])
+    assert s.oneshot and s.no_timestamp and not s.fail_on_init_error
+
+
+@pytest.mark.parametrize(
+    ("env", "attr", "value"),
+    [
+        ({"GFD_MIG_STRATEGY": "mixed"}, "mig_strategy", "mixed"),
+        ({"MIG_STRATEGY": "single"}, "mig_strategy", "single"),
+        ({"GFD_FAIL_ON_INIT_ERROR": "false"}, "fail_on_init_error", False),
+        ({"FAIL_ON_INIT_ERROR": "0"}, "fail_on_init_error", False),
+        ({"GFD_ONESHOT": "true"}, "oneshot", True),
+        ({"GFD_NO_TIMESTAMP": "TRUE"}, "no_timestamp", True),
+        ({"GFD_SLEEP_INTERVAL": "5m"}, "sleep_interval", 300.0),
+        ({"GFD_SLEEP_INTERVAL": "infinite"}, "sleep_interval", None),
+        ({"GFD_OUTPUT_FILE": ""}, "output_file", ""),
+        ({"GFD_OUTPUT_FILE": "/tmp/x"}, "output_file", "/tmp/x"),
+        ({"GFD_MACHINE_TYPE_FILE": "/m"}, "machine_type_file", "/m"),
+        ({"USE_NODE_FEATURE_API": "true", "NODE_NAME": "n1"}, "use_node_feature_api", True),
+        ({"NODE_NAME": "gpu-node-1"}, "node_name", "gpu-node-1"),
+        ({"NAMESPACE": "gpu-system"}, "namespace", "gpu-system"),
+        ({"KUBECONFIG": ""}, "kubeconfig", None),
+    ],
+)
+def test_environment_variables(env: dict[str, str], attr: str, value: object) -> None:
+    assert getattr(settings_for([], env), attr) == value
+
+
+def test_gfd_prefixed_variable_wins_over_the_plain_one() -> None:
+    assert (
+        settings_for([], {"GFD_MIG_STRATEGY": "mixed", "MIG_STRATEGY": "single"}).mig_strategy
+        == "mixed"
+    )
+
+
+def test_precedence_flag_beats_env_beats_file_beats_default(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        "version: v1\nflags:\n  migStrategy: single\n  gfd:\n    sleepInterval: 30s\n    oneshot: true\n",
+    )
+    s = settings_for(["--config-file", config])
+    assert (s.mig_strategy, s.sleep_interval, s.oneshot) == ("single", 30.0, True)
+    s = settings_for(["--config-file", config], {"GFD_MIG_STRATEGY": "mixed"})
+    assert s.mig_strategy == "mixed"
+    s = settings_for(
+        ["--config-file", config, "--mig-strategy", "none", "--oneshot=false"],
+        {"GFD_MIG_STRATEGY": "mixed"},
+    )
+    assert (s.mig_strategy, s.oneshot, s.sleep_interval) == ("none", False, 30.0)
+
+
+def test_config_file_from_environment(tmp_path: Path) -> None:
+    config = write(tmp_path, '{"version": "v1", "flags": {"failOnInitError": false}}', "c.json")
+    assert settings_for([], {"CONFIG_FILE": config}).fail_on_init_error is False
+
+
+def test_sleep_interval_as_integer_nanoseconds(tmp_path: Path) -> None:
+    config = write(tmp_path, "version: v1\nflags: {gfd: {sleepInterval: 90000000000}}\n")
+    assert settings_for(["--config-file", config]).sleep_interval == 90.0
+
+
+def test_sharing_parsed(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        "version: v1\nsharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n    - {name: nvidia.com/gpu, replicas: 4}\n",
+    )
+    assert settings_for(["--config-file", config]).sharing == Sharing(
+        strategy="time-slicing",
+        rename_by_default=True,
+        resources=(SharedResource(name="nvidia.com/gpu", replicas=4),),
+    )
+
+
+def test_mps_wins_over_time_slicing(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        "version: v1\nsharing:\n  timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 2}]}\n"
+        "  mps: {resources: [{name: nvidia.com/gpu, replicas: 3}]}\n",
+    )
+    sharing = settings_for(["--config-file", config]).sharing
+    assert sharing is not None and sharing.strategy == "mps" and sharing.resources[0].replicas == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("flags: {}\n", "version: None is not supported (use version: v1)"),
+        ("version: v2\n", "version: 'v2' is not supported"),
+        ("version: v1\nflagz: {}\n", "flagz: unknown key"),
+        (
+            "version: v1\nflags: {gfd: {sleepInterval: soon}}\n",
+            "flags.gfd.sleepInterval: 'soon' is not a duration",
+        ),
+        (
+            "version: v1\nflags: {gfd: {sleepInterval: true}}\n",
+            "flags.gfd.sleepInterval: expected a duration",
+        ),
+        ("version: v1\nflags: {gfd: {sleepInterval: 0s}}\n", "the interval must be positive"),
+        ("version: v1\nflags: {gfd: {sleepInterval: -5}}\n", "must not be negative"),
+        (
+            "version: v1\nflags: {gfd: {oneshot: maybe}}\n",
+            "flags.gfd.oneshot: expected true or false",
+        ),
+        ("version: v1\nflags: {gfd: {outputFile: 5}}\n", "flags.gfd.outputFile: expected a string"),
+        (
+            "version: v1\nflags: {migStrategy: all}\n",
+            "flags.migStrategy: 'all' is not one of none, single, mixed",
+        ),
+        ("version: v1\nflags: {gfd: {colour: red}}\n", "flags.gfd.colour: unknown key"),
+        ("version: v1\nflags: [1, 2]\n", "flags: expected a mapping"),
+        ("- just\n- a list\n", "expected a mapping at the top level"),
+        ("version: v1\nflags: {gfd: {oneshot: [unclosed\n", "not valid YAML/JSON at line"),
+        (
+            "version: v1\nsharing: {timeSlicing: {resources: []}}\n",
+            "sharing.timeSlicing.resources: must be a non-empty list",
+        ),
+        (
+            "version: v1\nsharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: 1}]}}\n",
+            "resources[0].replicas: must be at least 2",
+        ),
+        (
+            "version: v1\nsharing: {timeSlicing: {resources: [{name: nvidia.com/gpu, replicas: two}]}}\n",
+            "resources[0].replicas: expected an integer",
+        ),
+        (
+            "version: v1\nsharing: {timeSlicing: {resources: [{replicas: 2}]}}\n",
+            "resources[0].name: required",
+        ),
+        (
+            "version: v1\nsharing: {timeSlicing: {resources: [{name: g, replicas: 2, extra: 1}]}}\n",
+            "resources[0].extra: unknown key",
+        ),
+        (
+            "version: v1\nsharing: {timeSlicing: {renameByDefault: yes please, resources: [{name: g, replicas: 2}]}}\n",
+            "renameByDefault: expected true or false",
+        ),
+        ("version: v1\nsharing: {slicing: {}}\n", "sharing.slicing: unknown key"),
+        (
+            "version: v1\nsharing: {mps: {resources: {name: g}}}\n",
+            "sharing.mps.resources: must be a non-empty list",
+        ),
+    ],
+)
+def test_config_file_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    config = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        settings_for(["--config-file", config])
+    assert f"config file {config}" in str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_unreadable_and_non_utf8_config(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        settings_for(["--config-file", str(tmp_path / "absent.yaml")])
+    bad = tmp_path / "bin.yaml"
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        settings_for(["--config-file", str(bad)])
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--mig-strategy", "all"], {}, "flag --mig-strategy: 'all' is not one of"),
+        (["--sleep-interval", "10x"], {}, "flag --sleep-interval: '10x' is not a duration"),
+        (["--oneshot=perhaps"], {}, "flag --oneshot: 'perhaps' is not a boolean"),
+        ([], {"GFD_SLEEP_INTERVAL": "fast"}, "environment variable GFD_SLEEP_INTERVAL"),
+        ([], {"GFD_ONESHOT": "2"}, "environment variable GFD_ONESHOT: '2' is not a boolean"),
+        (["--log-level", "loud"], {}, "flag --log-level"),
+        (["--patch-node"], {}, "need the node name"),
+        (["--timestamp-annotation"], {}, "--timestamp-annotation needs --patch-node"),
+    ],
+)
+def test_flag_and_env_errors(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        settings_for(argv, env)
+
+
+def test_unknown_flag_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="unrecognized arguments: --colour"):
+        parse_command_line(["--colour"])
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("60s", 60.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("500ms", 0.5),
+        ("1.5s", 1.5),
+        ("infinite", None),
+        ("2h", 7200.0),
+        ("100", 1e-7),
+    ],
+)
+def test_durations(text: str, seconds: float | None) -> None:
+    assert parse_duration(text, "x") == seconds
+
+
+@pytest.mark.parametrize("text", ["", "s", "5", "5 m", "5d", "m5", "1h-5m", "five"])
+def test_bad_durations(text: str) -> None:
+    if text == "5":
+        assert parse_duration(text, "x") == 5e-9
+        return
+    with pytest.raises(ConfigError, match="is not a duration"):
+        parse_duration(text, "x")

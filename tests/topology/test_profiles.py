@@ -1,0 +1,82 @@
+"""The bundled simulator profiles show the published matrices and interconnect labels.
+
+These are the issue's "must show" cases, read from the same profile files that
+``gfd --simulate <profile> topo`` serves through the simulated NVML.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gfd.facts import NodeFacts, load_facts
+from gfd.labels.topology import topology_labels
+from gfd.sim import BUNDLED_PROFILES, profile_path
+from gfd.topology import build_topology
+
+if TYPE_CHECKING:
+    from conftest import Build
+
+
+def profile_facts(name: str) -> NodeFacts:
+    return load_facts(profile_path(name), extra_keys=frozenset({"faults"}))
+
+
+def grid(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+def uniform(n: int, cell: str) -> list[list[str]]:
+    return [["X" if a == b else cell for b in range(n)] for a in range(n)]
+
+
+MUST_SHOW = {
+    "dgx-a100": (uniform(8, "NV12"), "nvswitch"),
+    "dgx-h100": (uniform(8, "NV18"), "nvswitch"),
+    "hgx-h200": (uniform(8, "NV18"), "nvswitch"),
+    "dgx1-v100": (
+        grid("""
+            X   NV1 NV1 NV2 NV2 SYS SYS SYS
+            NV1 X   NV2 NV1 SYS NV2 SYS SYS
+            NV1 NV2 X   NV2 SYS SYS NV1 SYS
+            NV2 NV1 NV2 X   SYS SYS SYS NV1
+            NV2 SYS SYS SYS X   NV1 NV1 NV2
+            SYS NV2 SYS SYS NV1 X   NV2 NV1
+            SYS SYS NV1 SYS NV1 NV2 X   NV2
+            SYS SYS SYS NV1 NV2 NV1 NV2 X
+        """),
+        "nvlink-partial",
+    ),
+    "k80-pcie-tree": (
+        grid("""
+            X   PIX SYS SYS SYS SYS SYS SYS
+            PIX X   SYS SYS SYS SYS SYS SYS
+            SYS SYS X   PIX PHB PHB PHB PHB
+            SYS SYS PIX X   PHB PHB PHB PHB
+            SYS SYS PHB PHB X   PIX PXB PXB
+            SYS SYS PHB PHB PIX X   PXB PXB
+            SYS SYS PHB PHB PXB PXB X   PIX
+            SYS SYS PHB PHB PXB PXB PIX X
+        """),
+        "pcie",
+    ),
+    "rtx4090x8": (uniform(8, "SYS"), "pcie"),
+    "t4-single": ([["X"]], "single"),
+}
+
+
+@pytest.mark.parametrize("profile", sorted(MUST_SHOW))
+def test_profile_shows_the_published_matrix(build: Build, profile: str) -> None:
+    matrix, interconnect = MUST_SHOW[profile]
+    topology = build(profile_facts(profile))
+    assert topology.matrix() == matrix
+    assert topology_labels(topology)["nvidia.com/gpu.interconnect"] == interconnect
+
+
+@pytest.mark.parametrize("profile", BUNDLED_PROFILES)
+def test_every_bundled_profile_builds_the_same_in_c_and_python(profile: str) -> None:
+    facts = profile_facts(profile)
+    assert build_topology(facts, implementation="c") == build_topology(
+        facts, implementation="python"
+    )

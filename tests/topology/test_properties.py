@@ -1,0 +1,244 @@
+"""Property tests: the C builder and the Python twin agree exactly on random machines.
+
+Machines are drawn with random PCI trees (NUMA nodes, root complexes, chains of
+bridges), unreported pairs, and NVLink wirings: none, point to point (symmetric or
+one-sided), switched (one or more fabrics, shared switches, GB200's one bus id),
+and mixtures with inactive, IBM NPU and untyped links; up to 64 GPUs. Raw compact
+buffers, corrupt or not, must give the same result or the same error from both.
+Every topology label of every random machine must be a valid Kubernetes label.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from typing import Literal
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from gfd.errors import TopologyError
+from gfd.facts import Gpu, NodeFacts, NvLink, NvLinkRemoteType, PciLevel, PciPair
+from gfd.labels.rules import key_problem, value_problem
+from gfd.labels.topology import topology_labels
+from gfd.topology import Topology, build_from_input, build_topology, topology_to_json
+from gfd.topology.compact import TopologyInput
+from gfd.topology.model import LEVEL_NAMES
+
+PROPERTY_SETTINGS = settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+Wiring = Literal["none", "p2p", "switched", "gb200", "mixed"]
+
+
+def pci_level(a: tuple[int, int, tuple[int, ...]], b: tuple[int, int, tuple[int, ...]]) -> PciLevel:
+    """Common ancestor of two GPUs at (NUMA node, root complex, bridge path)."""
+    if a[0] != b[0]:
+        return "system"
+    if a[1] != b[1]:
+        return "node"
+    shared = 0
+    for left, right in zip(a[2], b[2], strict=False):
+        if left != right:
+            break
+        shared += 1
+    if shared == 0:
+        return "hostbridge"
+    if shared == len(a[2]) == len(b[2]):
+        return "single"
+    return "multiple"
+
+
+def bus_id(key: int) -> str:
+    return f"{key >> 16:08X}:{(key >> 8) & 0xFF:02X}:{(key >> 3) & 0x1F:02X}.{key & 7}"
+
+
+def random_links(
+    rng: random.Random, n: int, wiring: Wiring, buses: list[str]
+) -> list[list[tuple[bool, str | None, NvLinkRemoteType | None]]]:
+    """Per GPU: (active, remote bus id, remote type) of each link, in link order."""
+    links: list[list[tuple[bool, str | None, NvLinkRemoteType | None]]] = [[] for _ in range(n)]
+    if wiring in ("p2p", "mixed"):
+        for _ in range(rng.randint(0, 3 * n)):
+            a, b = rng.randrange(n), rng.randrange(n)
+            if a == b:
+                continue
+            count = rng.randint(1, 4)
+            typed: NvLinkRemoteType | None = rng.choice(["gpu", "gpu", "gpu", None, "unknown"])
+            for _ in range(count):
+                links[a].append((True, buses[b], typed))
+                if rng.random() < 0.9:
+                    links[b].append((True, buses[a], typed))
+    if wiring in ("switched", "mixed"):
+        fabrics = rng.randint(1, 3)
+        switches = [
+            [f"0000{0xE0 + fabric:04X}:{switch:02X}:00.0" for switch in range(rng.randint(1, 6))]
+            for fabric in range(fabrics)
+        ]
+        for gpu in range(n):
+            if rng.random() < 0.15:
+                continue
+            fabric = rng.randrange(fabrics)
+            for _ in range(rng.randint(1, 18)):
+                pool = switches[fabric] if rng.random() < 0.95 else rng.choice(switches)
+                links[gpu].append((True, rng.choice(pool), "switch"))
+    if wiring == "gb200":
+        for gpu in range(n):
+            links[gpu].extend([(True, "FFFFFFFF:FF:FF.0", "switch")] * rng.choice([18, 18, 9]))
+    if wiring == "mixed":
+        for gpu in range(n):
+            if rng.random() < 0.2:
+                links[gpu].append((True, "00000000:FE:00.0", "ibmnpu"))
+            if rng.random() < 0.2:
+                links[gpu].append((False, rng.choice([None, "00000000:FD:00.0"]), "gpu"))
+            if rng.random() < 0.1:
+                links[gpu].append((True, None, rng.choice(["gpu", None, "switch"])))
+    return links
+
+
+@st.composite
+def machines(draw: st.DrawFn, max_gpus: int = 64) -> NodeFacts:
+    n = draw(st.integers(1, 8) | st.integers(1, max_gpus))
+    wiring: Wiring = draw(st.sampled_from(["none", "p2p", "switched", "gb200", "mixed"]))
+    rng = draw(st.randoms(use_true_random=False))
+    numa_count = rng.randint(1, 4)
+    places = [
+        (
+            rng.randrange(numa_count),
+            rng.randrange(2),
+            tuple(rng.randrange(2) for _ in range(rng.randint(0, 3))),
+        )
+        for _ in range(n)
+    ]
+    keys = rng.sample(range(1 << 20), n)
+    buses = [bus_id(key) for key in keys]
+    missing_rate = rng.choice([0.0, 0.0, 0.05, 0.5])
+    links = random_links(rng, n, wiring, buses)
+    gpus = []
+    for gpu in range(n):
+        numa: int | None = places[gpu][0] if rng.random() < 0.9 else rng.choice([None, -1])
+        nvlinks = [
+            NvLink(index=index, active=active, remote_bus_id=remote, remote_type=kind)
+            for index, (active, remote, kind) in enumerate(links[gpu])
+        ]
+        rng.shuffle(nvlinks)  # facts need not list links in index order
+        gpus.append(
+            Gpu(
+                index=gpu,
+                name="Random GPU",
+                uuid=f"GPU-{gpu}",
+                bus_id=buses[gpu],
+                numa_node=numa,
+                nvlinks=tuple(nvlinks),
+            )
+        )
+    pairs = []
+    for a in range(n):
+        for b in range(a + 1, n):
+            if rng.random() < missing_rate:
+                continue
+            level = "internal" if rng.random() < 0.02 else pci_level(places[a], places[b])
+            pairs.append(PciPair(a=a, b=b, level=level))
+    rng.shuffle(pairs)
+    return NodeFacts(gpus=tuple(gpus), pci_pairs=tuple(pairs))
+
+
+def check_invariants(topology: Topology) -> None:
+    n = topology.gpu_count
+    matrix = topology.matrix()
+    for a in range(n):
+        assert matrix[a][a] == "X"
+        for b in range(n):
+            assert topology.levels[a * n + b] == topology.levels[b * n + a]
+            assert LEVEL_NAMES[topology.levels[a * n + b]] in (
+                "X" if a == b else ("PIX", "PXB", "PHB", "NODE", "SYS", "N/A")
+            )
+    members = [gpu for domain in topology.domains for gpu in domain.gpus]
+    assert len(members) == len(set(members))
+    for domain in topology.domains:
+        assert len(domain.gpus) >= 2
+        assert list(domain.gpus) == sorted(domain.gpus)
+        pairs_linked = all(
+            matrix[a][b].startswith("NV") for a in domain.gpus for b in domain.gpus if a != b
+        )
+        assert domain.all_to_all == pairs_linked
+    nv_cells = [matrix[a][b].startswith("NV") for a in range(n) for b in range(n) if a != b]
+    interconnect = topology.summary.interconnect
+    if interconnect in ("nvswitch", "nvlink"):
+        assert all(nv_cells)
+    if interconnect == "pcie":
+        assert not any(nv_cells)
+    if interconnect == "nvlink-partial":
+        assert any(nv_cells) and not all(nv_cells)
+
+
+@PROPERTY_SETTINGS
+@given(machines())
+def test_c_and_python_agree_on_random_machines(facts: NodeFacts) -> None:
+    c = build_topology(facts, implementation="c")
+    python = build_topology(facts, implementation="python")
+    assert c == python
+    assert topology_to_json(c) == topology_to_json(python)
+    check_invariants(c)
+    event(c.summary.interconnect)
+    for key, value in topology_labels(c).items():
+        assert key.startswith("nvidia.com/gpu.")
+        assert key_problem(key) is None, key
+        assert value_problem(value) is None, (key, value)
+
+
+VALID_LEVELS = [0, 10, 20, 30, 40, 50, 255]
+KEY_POOL = [0x100, 0x200, 0x300, 0x400, 0x500, 0x600, 7]
+SWITCH_KEYS = [0xE0000, 0xE1000, 0xFFFFFFFFFFF0]
+
+
+@st.composite
+def compact_inputs(draw: st.DrawFn) -> TopologyInput:
+    """Compact buffers that are mostly well formed, with one or two corruptions at times."""
+    n = draw(st.integers(0, 6))
+    corrupt = draw(st.booleans())
+
+    def field(valid: st.SearchStrategy[int], invalid: st.SearchStrategy[int]) -> int:
+        value: int = draw(valid | invalid if corrupt else valid)
+        return value
+
+    keys = draw(st.lists(st.sampled_from(KEY_POOL), min_size=n, max_size=n, unique=not corrupt))
+    if corrupt and keys and draw(st.booleans()):
+        keys[draw(st.integers(0, n - 1))] = draw(st.sampled_from([-1, 1 << 52]))
+    numa = [field(st.integers(-1, 3), st.just(-2)) for _ in range(n)]
+    pair_count = n * (n - 1) // 2
+    levels = [field(st.sampled_from(VALID_LEVELS), st.integers(0, 255)) for _ in range(pair_count)]
+    records = []
+    for _ in range(draw(st.integers(0, 3 * n))):
+        gpu = field(st.integers(0, max(n - 1, 0)), st.sampled_from([-1, n]))
+        link = field(st.integers(0, 5), st.just(-1))
+        kind = field(st.sampled_from([0, 0, 2, 2, 1, 254, 255]), st.sampled_from([3, 253]))
+        remote = field(
+            st.sampled_from([*keys, *SWITCH_KEYS, -1]) if keys else st.just(-1),
+            st.sampled_from([-2, 1 << 52, 0x900]),
+        )
+        records.append((gpu, link, kind, remote))
+    if not corrupt or draw(st.booleans()):
+        records.sort(key=lambda record: (record[0], record[1]))
+    flat = [value for record in records for value in record]
+    trim = draw(st.sampled_from([0, 0, 0, 1])) if corrupt else 0
+    return TopologyInput(
+        gpu_count=n,
+        bus_keys=array("q", keys).tobytes()[trim:],
+        numa_nodes=array("i", numa).tobytes(),
+        levels=bytes(levels),
+        links=array("q", flat).tobytes(),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(compact_inputs())
+def test_c_and_python_agree_on_raw_compact_input(compact: TopologyInput) -> None:
+    outcomes: list[Topology | str] = []
+    for implementation in ("c", "python"):
+        try:
+            outcomes.append(build_from_input(compact, implementation=implementation))
+        except TopologyError as error:
+            outcomes.append(str(error))
+    event("built" if isinstance(outcomes[0], Topology) else "rejected")
+    assert outcomes[0] == outcomes[1]
