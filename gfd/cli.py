@@ -141,9 +141,16 @@ class SinkFactory:
         if self._kube is None or self._kubeconfig != settings.kubeconfig:
             from gfd.sinks.kube import connect_kubernetes
 
+            self.close()
             self._kube = connect_kubernetes(kubeconfig=settings.kubeconfig)
             self._kubeconfig = settings.kubeconfig
         return self._kube
+
+    def close(self) -> None:
+        """Close the Kubernetes client, if one was made (on reload to another kubeconfig, on exit)."""
+        if self._kube is not None:
+            self._kube.close()
+            self._kube = None
 
     def build(self, settings: Settings, stdout: TextIO) -> list[Any]:
         from gfd.sinks.featurefile import FeatureFileSink, StdoutSink
@@ -308,6 +315,7 @@ def command_run(
             return EXIT_OK
     finally:
         _restore_signal_handlers(previous)
+        factory.close()
         if server is not None:
             server.close()
 

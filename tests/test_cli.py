@@ -194,3 +194,41 @@ def test_sighup_reloads_the_config_file(tmp_path: Path) -> None:
         assert process.wait(timeout=5) == 0
         _, stderr = process.communicate(timeout=5)
     assert "config reload failed" in stderr
+
+
+def profile_with_faults(tmp_path: Path, base: str, faults: str) -> str:
+    path = tmp_path / f"{base}-faulty.yaml"
+    path.write_text(dump_facts(load_profile(base).facts) + faults)
+    return str(path)
+
+
+def test_init_failure_exits_non_zero_by_default(tmp_path: Path) -> None:
+    profile = profile_with_faults(tmp_path, "t4-single", "faults:\n  driver_not_loaded_inits: 5\n")
+    run = gfd("--simulate", profile, "--sleep-interval", "60s", "-o", str(tmp_path / "gfd"))
+    assert run.returncode == 1
+    assert "NVML_ERROR_DRIVER_NOT_LOADED" in run.stderr
+    assert "--fail-on-init-error=false" in run.stderr
+    assert not (tmp_path / "gfd").exists()
+
+
+@pytest.mark.slow
+def test_init_failure_then_recovery_without_restart(tmp_path: Path) -> None:
+    """With --fail-on-init-error=false the agent retries with backoff (1 s, 2 s, ...) and labels once NVML is up."""
+    output = tmp_path / "gfd"
+    profile = profile_with_faults(tmp_path, "t4-single", "faults:\n  driver_not_loaded_inits: 2\n")
+    with running("--simulate", profile, "--sleep-interval", "60s", "--fail-on-init-error=false", "-o", str(output)) as process:
+        assert wait_for(output.exists, timeout=30), "labels never appeared after NVML came up"
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=5) == 0
+        _, stderr = process.communicate(timeout=5)
+    assert stderr.count("NVML_ERROR_DRIVER_NOT_LOADED") >= 2
+    assert read_features_dir(tmp_path, NOW)["nvidia.com/gpu.product"] == "Tesla-T4"
+
+
+def test_oneshot_gpu_lost_mid_read_fails_cleanly(tmp_path: Path) -> None:
+    profile = profile_with_faults(tmp_path, "dgx-h100", "faults:\n  gpu_lost:\n  - {gpu: 3, after_calls: 2}\n")
+    run = gfd("--simulate", profile, "--oneshot", "-o", str(tmp_path / "gfd"))
+    assert run.returncode == 1
+    assert "NVML_ERROR_GPU_IS_LOST" in run.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "gfd").exists()

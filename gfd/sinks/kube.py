@@ -1,0 +1,488 @@
+"""The Kubernetes connection that the node and NodeFeature sinks share.
+
+This module owns how gfd talks to the API server: loading credentials (in-cluster
+service account with a rotating token, or a kubeconfig file), the one ``ApiClient``
+of the process, per-request timeouts, and the retry policy.
+
+Retries belong to one layer only. urllib3's own retries are switched off
+(``Configuration.retries = False``) and :meth:`KubeClient.request` retries with
+tenacity: on 5xx, on 429 (waiting at least the server's ``Retry-After``), on
+connection errors and timeouts; never on other 4xx. Delays grow exponentially with
+jitter up to a cap, and the whole operation has a deadline. Every backoff sleep
+waits on the agent's stop event, so SIGTERM ends a retry storm at once.
+
+A 401 re-reads the credentials (the projected service-account token rotates under
+a running pod; a kubeconfig may be rewritten) and tries once more before it is
+reported. Responses are returned as raw JSON bytes: gfd never builds the client's
+model objects, which would cost time and memory for nothing.
+
+Errors: every failure leaves as :class:`KubeApiError` (a ``SinkError``; retrying
+later may help) or :class:`KubeApiPermanentError` (a ``SinkPermanentError``: any
+other 4xx such as 400, 401 after a credential reload, 403, 404 or 422, and TLS
+set-up failures), each naming the method, the path, the HTTP status and the API
+server's own message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import structlog
+import tenacity
+
+from gfd.errors import ConfigError, SinkError, SinkPermanentError
+
+log = structlog.get_logger("gfd.sinks.kube")
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+IN_CLUSTER_TOKEN_PATH = f"{SERVICE_ACCOUNT_DIR}/token"
+IN_CLUSTER_CA_PATH = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+#: 4xx statuses worth retrying (besides every 5xx): the server timed out reading the
+#: request, or throttled it. Any other 4xx means the request itself is wrong, denied
+#: or moot, and is reported at once.
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How :meth:`KubeClient.request` retries transient failures.
+
+    The n-th retry waits a random time between half and all of
+    ``min(max_delay, initial_delay * 2**n)``, or the server's ``Retry-After`` when it
+    sent one (never more than ``max_retry_after``). No retry starts whose wait would
+    end past the operation's deadline (``deadline`` seconds after it began).
+    """
+
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    deadline: float = 120.0
+    max_retry_after: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial_delay <= self.max_delay:
+            raise ValueError("RetryPolicy needs 0 < initial_delay <= max_delay")
+        if self.deadline <= 0 or self.max_retry_after <= 0:
+            raise ValueError("RetryPolicy needs a positive deadline and max_retry_after")
+
+
+class KubeApiError(SinkError):
+    """A request failed in a way that may pass later (5xx, 429, network, deadline)."""
+
+    def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        what = f"HTTP {status}" if status is not None else "no response"
+        super().__init__(f"Kubernetes API {method} {path}: {what}: {detail}")
+
+
+class KubeApiPermanentError(SinkPermanentError):
+    """A request that retrying cannot fix (denied, invalid, not found)."""
+
+    def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        what = f"HTTP {status}" if status is not None else "request not sent"
+        super().__init__(f"Kubernetes API {method} {path}: {what}: {detail}")
+
+
+class Interrupted(SinkError):
+    """The stop event was set while a request was waiting to be retried."""
+
+
+@dataclass(frozen=True)
+class KubeResponse:
+    """An HTTP response from the API server, body kept as bytes."""
+
+    status: int
+    body: bytes
+    #: Header names in lower case.
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        """The body parsed as JSON."""
+        return json.loads(self.body) if self.body else None
+
+
+class _Transient(Exception):
+    """Internal: one attempt failed in a retryable way."""
+
+    def __init__(self, status: int | None, detail: str, retry_after: float | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+def status_message(body: bytes) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body, or the body itself, shortened."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        return str(data["message"])
+    text = body.decode("utf-8", "replace").strip()
+    return text[:300] if text else "(empty body)"
+
+
+def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+def path_segment(value: str) -> str:
+    """Quote one URL path segment (a name or namespace) so that ``/`` cannot escape it."""
+    return quote(value, safe="")
+
+
+class _Credentials:
+    """Where the bearer token comes from, and how to read it again after a 401."""
+
+    def __init__(
+        self,
+        *,
+        describe: str,
+        reload: Callable[[Any], None],
+        refresh_hook: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.describe = describe
+        self.reload = reload
+        self.refresh_hook = refresh_hook
+
+
+class _RotatingTokenFile:
+    """A service-account token file that the kubelet replaces while the pod runs.
+
+    The token is read again whenever the file's identity (inode, size, mtime) changes,
+    which costs one ``stat`` per request, and unconditionally after a 401.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._signature: tuple[int, int, int] | None = None
+        self.token = ""
+        self.read(force=True)
+
+    def read(self, *, force: bool) -> None:
+        try:
+            stat = self.path.stat()
+            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if not force and signature == self._signature:
+                return
+            token = self.path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"service account token {self.path}: cannot read: {exc.strerror or exc}"
+            ) from exc
+        if not token:
+            raise ConfigError(f"service account token {self.path}: file is empty")
+        self.token = token
+        self._signature = signature
+
+    def apply(self, configuration: Any) -> None:
+        configuration.api_key["authorization"] = self.token
+        configuration.api_key_prefix["authorization"] = "Bearer"
+
+
+class KubeClient:
+    """The process's single connection to the API server.
+
+    Owns one ``kubernetes.client.ApiClient``. Sinks call :meth:`request`; nothing
+    else in gfd builds requests. Close it once, when the agent exits.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_client: Any,
+        credentials: _Credentials,
+        request_timeout: float,
+        retry_policy: RetryPolicy,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._api = api_client
+        self._credentials = credentials
+        self.request_timeout = request_timeout
+        self.retry_policy = retry_policy
+        self.clock = clock
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+
+    @property
+    def host(self) -> str:
+        """The API server URL requests go to."""
+        return str(self._api.configuration.host)
+
+    def deadline(self) -> float:
+        """The clock value by which an operation started now must give up."""
+        return self.clock() + self.retry_policy.deadline
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        stop: threading.Event,
+        deadline: float,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        accept_statuses: Collection[int] = (),
+    ) -> KubeResponse:
+        """Send one request, retrying transient failures until ``deadline``.
+
+        Returns 2xx responses and those whose status is in ``accept_statuses`` (a
+        sink that expects 404 or 409 handles them itself). Raises
+        :class:`KubeApiPermanentError`, :class:`KubeApiError` or
+        :class:`Interrupted`.
+        """
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Transient),
+            wait=self._backoff,
+            stop=lambda state: self.clock() + state.upcoming_sleep > deadline,
+            sleep=lambda seconds: self._sleep(seconds, stop, method, path),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._send_authenticated(
+                        method, path, query, body, content_type, accept_statuses
+                    )
+        except _Transient as exc:
+            attempts = retrying.statistics.get("attempt_number", 1)
+            raise KubeApiError(
+                method, path, exc.status, f"{exc.detail} (gave up after {attempts} attempt(s))"
+            ) from None
+        raise AssertionError("tenacity returned without a result")  # pragma: no cover
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._api.close()
+
+    def _backoff(self, state: tenacity.RetryCallState) -> float:
+        policy = self.retry_policy
+        failure = state.outcome.exception() if state.outcome else None
+        if isinstance(failure, _Transient) and failure.retry_after is not None:
+            return min(failure.retry_after, policy.max_retry_after)
+        ceiling = min(policy.max_delay, policy.initial_delay * 2 ** (state.attempt_number - 1))
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    @staticmethod
+    def _sleep(seconds: float, stop: threading.Event, method: str, path: str) -> None:
+        log.debug("kube_retry_wait", method=method, path=path, seconds=round(seconds, 3))
+        if stop.wait(seconds):
+            raise Interrupted(f"interrupted while waiting to retry {method} {path}")
+
+    def _send_authenticated(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        accept_statuses: Collection[int],
+    ) -> KubeResponse:
+        response = self._send_once(method, path, query, body, content_type)
+        if response.status == 401:
+            # A rotated token is the usual cause: read the credentials again, once.
+            with self._lock:
+                try:
+                    self._credentials.reload(self._api.configuration)
+                except ConfigError as exc:
+                    raise KubeApiPermanentError(method, path, 401, str(exc)) from exc
+            log.info("kube_credentials_reloaded", source=self._credentials.describe)
+            response = self._send_once(method, path, query, body, content_type)
+        status = response.status
+        if 200 <= status < 300 or status in accept_statuses:
+            return response
+        message = status_message(response.body)
+        if status in RETRYABLE_CLIENT_STATUSES or status >= 500:
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            log.info(
+                "kube_retryable_status",
+                method=method,
+                path=path,
+                status=status,
+                retry_after=retry_after,
+                message=message,
+            )
+            raise _Transient(status, message, retry_after)
+        raise KubeApiPermanentError(method, path, status, self._explain(status, message))
+
+    def _explain(self, status: int, message: str) -> str:
+        if status == 401:
+            return (
+                f"{message}; the credentials from {self._credentials.describe} were "
+                "rejected even after reading them again"
+            )
+        if status == 403:
+            # RBAC and admission policies (gfd's own ValidatingAdmissionPolicy) both
+            # answer 403; the server's message says which.
+            return f"{message}; check the RBAC rules and admission policies for gfd"
+        return message
+
+    def _send_once(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+    ) -> KubeResponse:
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            _, url, header_params, serialised, _ = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list(query.items()) if query else None,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            raw = self._api.call_api(
+                method,
+                url,
+                header_params=header_params,
+                body=serialised,
+                _request_timeout=self.request_timeout,
+            )
+            data = raw.read()
+        except ApiException as exc:
+            # The client turns TLS failures into status-0 ApiExceptions.
+            raise KubeApiPermanentError(method, path, None, str(exc.reason)) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _Transient(None, f"{type(exc).__name__}: {exc}") from exc
+        headers = {name.lower(): value for name, value in raw.headers.items()}
+        return KubeResponse(status=raw.status, body=data or b"", headers=headers)
+
+
+def connect_kubernetes(
+    *,
+    kubeconfig: str | None,
+    request_timeout: float = 10.0,
+    retry_policy: RetryPolicy | None = None,
+    in_cluster_token_path: str = IN_CLUSTER_TOKEN_PATH,
+    in_cluster_ca_path: str = IN_CLUSTER_CA_PATH,
+    in_cluster_host_env: Mapping[str, str] | None = None,
+    context: str | None = None,
+) -> KubeClient:
+    """Build the process's :class:`KubeClient`.
+
+    With ``kubeconfig`` set, credentials come from that file (``context``, or its
+    current context). Otherwise the pod's service account is used: the API server
+    from ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` in
+    ``in_cluster_host_env`` (default: the process environment), the CA and the
+    rotating token from the given files. Raises :class:`ConfigError` naming what is
+    missing. The ``kubernetes`` package is imported here, not at gfd start-up.
+    """
+    if request_timeout <= 0:
+        raise ConfigError(f"request timeout must be positive, got {request_timeout}")
+    from kubernetes import client as k8s_client
+
+    configuration: Any = k8s_client.Configuration()
+    if kubeconfig is not None:
+        credentials = _kubeconfig_credentials(kubeconfig, context)
+    else:
+        env = os.environ if in_cluster_host_env is None else in_cluster_host_env
+        credentials = _in_cluster_credentials(
+            configuration, env, Path(in_cluster_token_path), Path(in_cluster_ca_path)
+        )
+    credentials.reload(configuration)
+    if credentials.refresh_hook is not None:
+        configuration.refresh_api_key_hook = credentials.refresh_hook
+    # tenacity in KubeClient.request is the only layer that retries.
+    configuration.retries = False
+    api_client = k8s_client.ApiClient(configuration)
+    api_client.user_agent = "gfd"
+    return KubeClient(
+        api_client=api_client,
+        credentials=credentials,
+        request_timeout=request_timeout,
+        retry_policy=retry_policy or RetryPolicy(),
+    )
+
+
+def _kubeconfig_credentials(kubeconfig: str, context: str | None) -> _Credentials:
+    from kubernetes import config as k8s_config
+
+    # The client's kubeconfig loader carries no type hints.
+    load_kube_config: Callable[..., None] = k8s_config.load_kube_config
+
+    def reload(configuration: Any) -> None:
+        try:
+            load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except (k8s_config.ConfigException, OSError, ValueError) as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {exc}") from exc
+
+    return _Credentials(describe=f"kubeconfig {kubeconfig}", reload=reload)
+
+
+def _in_cluster_credentials(
+    configuration: Any, env: Mapping[str, str], token_path: Path, ca_path: Path
+) -> _Credentials:
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    port = env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ConfigError(
+            "not running in a cluster (KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are "
+            "unset) and no kubeconfig given: pass --kubeconfig or set KUBECONFIG"
+        )
+    if not ca_path.is_file():
+        raise ConfigError(f"service account CA certificate {ca_path}: file not found")
+    token = _RotatingTokenFile(token_path)
+    configuration.host = f"https://{f'[{host}]' if ':' in host else host}:{port}"
+    configuration.ssl_ca_cert = str(ca_path)
+
+    def reload(config: Any) -> None:
+        token.read(force=True)
+        token.apply(config)
+
+    def refresh(config: Any) -> None:
+        try:
+            token.read(force=False)
+        except ConfigError as exc:
+            # Mid-rotation hiccup: keep the token we have; a 401 forces a re-read.
+            log.warning("kube_token_unreadable", problem=str(exc))
+        token.apply(config)
+
+    return _Credentials(
+        describe=f"service account token {token_path}", reload=reload, refresh_hook=refresh
+    )

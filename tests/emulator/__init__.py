@@ -1,0 +1,67 @@
+"""A Kubernetes API server emulator for gfd's tests and benchmarks.
+
+No real API server can run here, so this package stands in for one: a stateful
+server on 127.0.0.1 speaking real HTTP/1.1 (keep-alive; optionally TLS), which the
+official ``kubernetes`` client talks to unchanged.
+
+Reproduced (documented API behaviour):
+
+* Objects: Nodes (get, list, patch, update), Pods, DaemonSets and ReplicaSets
+  (get, list; enough for owner references), and ``nfd.k8s-sigs.io/v1alpha1``
+  NodeFeatures in namespaces (get, list, create, update, patch, delete). Unknown
+  paths answer 404, unsupported verbs 405.
+* ``resourceVersion``: one cluster-wide counter, bumped by every write that changes
+  an object; a write that changes nothing keeps the version (as the real server
+  skips no-op updates). A ``metadata.resourceVersion`` in a patch or update body is a
+  precondition: a stale one answers 409 Conflict. An update of a custom resource
+  without ``resourceVersion`` is refused (422), as for CRDs; a create of an existing
+  name answers 409 AlreadyExists.
+* PATCH: JSON merge patch, strategic merge patch (built-in objects only; custom
+  resources answer 415, as for CRDs) and JSON Patch (RFC 6902 with ``test``, RFC 6901
+  escaping, a remove of an absent path fails with 422). Other media types answer 415.
+* Validation: label keys and values and annotation keys by apimachinery's rules and
+  the 256 KiB annotation limit; any problem rejects the whole write with a 422
+  ``Status`` whose ``details.causes`` name each field, and nothing is applied.
+  ``name``, ``namespace`` and ``uid`` are immutable.
+* Authentication by bearer token (401 ``Status`` when missing or unknown; tokens can
+  be rotated and revoked) and per-token permissions by verb and resource (403
+  ``Status`` with the real message shape).
+* ``GET ...?resourceVersion=0`` is served from a "watch cache" that can be frozen
+  (:meth:`~ApiServerEmulator.freeze_cache`) to reproduce stale cached reads.
+* Faults: any status (500, 503, 429 with ``Retry-After`` and
+  ``details.retryAfterSeconds``) with nothing applied; responses slower than the
+  client's timeout (the change is still made); connections dropped halfway through
+  the response body (the change is made). A hook can run "another writer" just
+  before a matching request, to stage races.
+* A request log (method, path, query, content type, status, timestamp, user,
+  injected fault, parsed body) for assertions and request counting.
+
+Not reproduced: watches, list pagination and label/field selectors, server-side
+apply, admission (webhooks, ValidatingAdmissionPolicy), RBAC objects (permissions
+are set per token directly), strategic-merge directives (``$patch`` and friends are
+refused with 400 rather than misapplied), most of each kind's schema (only
+metadata is validated; ``spec`` and ``status`` are stored as given), status
+subresources, ``generateName``, finalizers and garbage collection, API discovery,
+protobuf, priority-and-fairness queuing (429 only when injected), and a watch cache
+that lags by itself (it is either fresh or explicitly frozen).
+"""
+
+from tests.emulator.server import (
+    GFD_RULES,
+    ApiServerEmulator,
+    Fault,
+    Principal,
+    RecordedRequest,
+    seed_gfd_cluster,
+    status_body,
+)
+
+__all__ = [
+    "GFD_RULES",
+    "ApiServerEmulator",
+    "Fault",
+    "Principal",
+    "RecordedRequest",
+    "seed_gfd_cluster",
+    "status_body",
+]

@@ -1,0 +1,268 @@
+"""Connection set-up, credentials and the retry policy of gfd.sinks.kube."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gfd.errors import ConfigError
+from gfd.sinks.kube import (
+    KubeApiError,
+    KubeApiPermanentError,
+    KubeClient,
+    RetryPolicy,
+    connect_kubernetes,
+    parse_retry_after,
+)
+from tests.emulator import ApiServerEmulator, Fault, Principal
+from tests.kube.conftest import FAST_RETRIES, NODE
+
+PRINCIPAL = Principal("system:serviceaccount:gpu-operator:gfd")
+
+
+@pytest.fixture(scope="session")
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "ca.crt", directory / "tls.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=emulator",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+@pytest.fixture
+def tls_emulator(tls_pair: tuple[Path, Path]) -> Iterator[ApiServerEmulator]:
+    with ApiServerEmulator(tls_cert=tls_pair[0], tls_key=tls_pair[1]) as api:
+        api.add_node(NODE)
+        yield api
+
+
+def service_account(tmp_path: Path, token: str) -> Path:
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    return token_file
+
+
+def rotate_like_the_kubelet(token_file: Path, token: str) -> None:
+    """The kubelet swaps a projected token atomically: write aside, then rename."""
+    fresh = token_file.with_name(".token.new")
+    fresh.write_text(token)
+    os.replace(fresh, token_file)
+
+
+def in_cluster(emulator: ApiServerEmulator, token_file: Path, ca: Path) -> KubeClient:
+    return connect_kubernetes(
+        kubeconfig=None,
+        retry_policy=FAST_RETRIES,
+        in_cluster_token_path=str(token_file),
+        in_cluster_ca_path=str(ca),
+        in_cluster_host_env={
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(emulator.port),
+        },
+    )
+
+
+def get_node(client: KubeClient, stop: threading.Event | None = None) -> int:
+    response = client.request(
+        "GET", f"/api/v1/nodes/{NODE}", stop=stop or threading.Event(), deadline=client.deadline()
+    )
+    return int(response.status)
+
+
+def test_in_cluster_over_tls_with_a_rotating_token(
+    tls_emulator: ApiServerEmulator, tls_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    tls_emulator.set_token("token-1", PRINCIPAL)
+    token_file = service_account(tmp_path, "token-1")
+    client = in_cluster(tls_emulator, token_file, tls_pair[0])
+    assert client.host == f"https://127.0.0.1:{tls_emulator.port}"
+    assert get_node(client) == 200
+
+    # The kubelet rotates the file before the old token expires: the next request
+    # already carries the new token, without a 401 first.
+    tls_emulator.set_token("token-2", PRINCIPAL)
+    rotate_like_the_kubelet(token_file, "token-2")
+    tls_emulator.revoke_token("token-1")
+    tls_emulator.clear_log()
+    assert get_node(client) == 200
+    assert [r.status for r in tls_emulator.requests] == [200]
+    client.close()
+
+
+def test_in_cluster_401_forces_a_token_reread(
+    tls_emulator: ApiServerEmulator, tls_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    tls_emulator.set_token("token-A", PRINCIPAL)
+    token_file = service_account(tmp_path, "token-A")
+    client = in_cluster(tls_emulator, token_file, tls_pair[0])
+    assert get_node(client) == 200
+    # A change the cheap check cannot see (same inode, size and mtime).
+    stat = token_file.stat()
+    token_file.write_text("token-B\n")
+    os.utime(token_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    tls_emulator.set_token("token-B", PRINCIPAL)
+    tls_emulator.revoke_token("token-A")
+    tls_emulator.clear_log()
+    assert get_node(client) == 200
+    assert [r.status for r in tls_emulator.requests] == [401, 200]
+    client.close()
+
+
+def test_untrusted_server_certificate_is_a_permanent_error(
+    tls_emulator: ApiServerEmulator, tmp_path: Path
+) -> None:
+    tls_emulator.set_token("t", PRINCIPAL)
+    other_ca = tmp_path / "other-ca.crt"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(tmp_path / "k"),
+            "-out",
+            str(other_ca),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=other",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    client = in_cluster(tls_emulator, service_account(tmp_path, "t"), other_ca)
+    with pytest.raises(KubeApiPermanentError, match="CERTIFICATE_VERIFY_FAILED"):
+        get_node(client)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "files", "message"),
+    [
+        ({}, ("token", "ca"), "KUBERNETES_SERVICE_HOST.*--kubeconfig"),
+        (
+            {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+            ("token",),
+            r"CA certificate .*ca\.crt: file not found",
+        ),
+        (
+            {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+            ("ca",),
+            r"token .*token: cannot read",
+        ),
+    ],
+    ids=["not-in-cluster", "no-ca", "no-token"],
+)
+def test_in_cluster_configuration_errors_say_what_is_missing(
+    tmp_path: Path, env: dict[str, str], files: tuple[str, ...], message: str
+) -> None:
+    if "token" in files:
+        (tmp_path / "token").write_text("t")
+    if "ca" in files:
+        (tmp_path / "ca.crt").write_text("not used")
+    with pytest.raises(ConfigError, match=message):
+        connect_kubernetes(
+            kubeconfig=None,
+            in_cluster_token_path=str(tmp_path / "token"),
+            in_cluster_ca_path=str(tmp_path / "ca.crt"),
+            in_cluster_host_env=env,
+        )
+
+
+def test_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"kubeconfig .*missing"):
+        connect_kubernetes(kubeconfig=str(tmp_path / "missing"))
+
+
+def test_non_positive_timeout_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="timeout must be positive"):
+        connect_kubernetes(kubeconfig=str(tmp_path / "k"), request_timeout=0)
+
+
+def test_urllib3_never_retries_behind_tenacitys_back(
+    emulator: ApiServerEmulator, cluster: object, kubeconfig: Path
+) -> None:
+    no_retries = RetryPolicy(initial_delay=1.0, max_delay=1.0, deadline=0.01)
+    client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=no_retries)
+    emulator.inject(Fault(drop=True, method="GET"))
+    with pytest.raises(
+        KubeApiError,
+        match=r"GET /api/v1/nodes/gpu-node-1: no response: "
+        r"ProtocolError.*gave up after 1 attempt",
+    ):
+        get_node(client)
+    assert len(emulator.requests) == 1
+    client.close()
+
+
+def test_a_read_slower_than_the_timeout_is_abandoned_and_retried(
+    emulator: ApiServerEmulator, cluster: object, kubeconfig: Path
+) -> None:
+    client = connect_kubernetes(
+        kubeconfig=str(kubeconfig), request_timeout=0.3, retry_policy=FAST_RETRIES
+    )
+    emulator.inject(Fault(delay=2.0, method="GET"))
+    started = time.monotonic()
+    assert get_node(client) == 200
+    assert time.monotonic() - started < 1.5
+    client.close()
+
+
+def test_retry_policy_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="initial_delay"):
+        RetryPolicy(initial_delay=5, max_delay=1)
+    with pytest.raises(ValueError, match="deadline"):
+        RetryPolicy(deadline=0)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("3", 3.0),
+        (" 0 ", 0.0),
+        ("", None),
+        (None, None),
+        ("soon", None),
+        ("Wed, 02 Dec 2026 14:00:10 GMT", 10.0),
+        ("Wed, 02 Dec 2026 13:59:00 GMT", 0.0),
+    ],
+)
+def test_retry_after_header_forms(header: str | None, expected: float | None) -> None:
+    now = 1796220000.0  # Wed, 02 Dec 2026 14:00:00 GMT
+    assert parse_retry_after(header, now=lambda: now) == expected

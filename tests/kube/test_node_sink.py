@@ -1,0 +1,358 @@
+"""The node sink against the API server emulator: ownership, minimal writes, recovery."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gfd.errors import SinkError, SinkPermanentError
+from gfd.sinks import Publication
+from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
+from gfd.sinks.node import (
+    NFD_OWNERSHIP_ANNOTATION,
+    OWNERSHIP_ANNOTATION,
+    TIMESTAMP_KEY,
+    TOPOLOGY_ANNOTATION,
+    NodeSink,
+)
+from tests.emulator import ApiServerEmulator, Fault, Principal
+from tests.kube.conftest import FAST_RETRIES, NODE, TOKEN
+
+EIGHT_H100 = {
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.memory": "81559",
+    "nvidia.com/cuda.driver-version.full": "550.107.02",
+}
+TOPOLOGY = '{"gpus":8,"matrix":[["X","NV18"],["NV18","X"]]}'
+
+
+def publication(labels: dict[str, str] | None = None, /, **annotations: str) -> Publication:
+    return Publication(
+        labels=dict(EIGHT_H100 if labels is None else labels), annotations=annotations
+    )
+
+
+def sink_for(client: KubeClient, stop: threading.Event, **kwargs: Any) -> NodeSink:
+    return NodeSink(client=client, node_name=NODE, stop=stop, **kwargs)
+
+
+def test_first_run_adds_labels_and_ownership_annotation(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    sink = sink_for(client, stop)
+    assert sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY})) is True
+    labels = emulator.node_labels(NODE)
+    assert {k: labels[k] for k in EIGHT_H100} == EIGHT_H100
+    annotations = emulator.node_annotations(NODE)
+    assert annotations[OWNERSHIP_ANNOTATION] == ",".join(sorted(EIGHT_H100))
+    assert annotations[TOPOLOGY_ANNOTATION] == TOPOLOGY
+    writes = [r for r in emulator.requests if r.is_write]
+    assert [(r.method, r.content_type, r.status) for r in writes] == [
+        ("PATCH", "application/merge-patch+json", 200)
+    ]
+
+
+def test_unchanged_cycle_sends_zero_writes_and_one_cached_read(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    sink = sink_for(client, stop)
+    sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY}))
+    revision = emulator.revision
+    emulator.clear_log()
+    for _ in range(5):
+        assert sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY})) is False
+    assert emulator.count(writes=True) == 0
+    reads = emulator.requests
+    assert len(reads) == 5
+    assert all(r.method == "GET" and r.query == {"resourceVersion": "0"} for r in reads)
+    assert emulator.revision == revision
+
+
+def test_disappearing_gpu_removes_exactly_the_labels_gfd_owned(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    emulator.change_node_metadata(NODE, labels={"team": "ml", "nvidia.com/gpu.deploy": "true"})
+    sink = sink_for(client, stop)
+    sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY}))
+    remaining = {"nvidia.com/cuda.driver-version.full": "550.107.02"}
+    emulator.clear_log()
+
+    assert sink.publish(publication(remaining)) is True
+
+    labels = emulator.node_labels(NODE)
+    assert labels == {**remaining, "team": "ml", "nvidia.com/gpu.deploy": "true"}
+    annotations = emulator.node_annotations(NODE)
+    assert annotations[OWNERSHIP_ANNOTATION] == "nvidia.com/cuda.driver-version.full"
+    assert TOPOLOGY_ANNOTATION not in annotations
+    (patch,) = [r for r in emulator.requests if r.is_write]
+    body_labels = patch.body["metadata"]["labels"]
+    assert body_labels == dict.fromkeys(set(EIGHT_H100) - set(remaining))
+    # A removal is only ever sent with the read resourceVersion as precondition.
+    assert patch.body["metadata"]["resourceVersion"]
+
+
+def test_foreign_and_nfd_owned_labels_survive_every_cycle(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    foreign = {"team": "ml", "nvidia.com/gpu.deploy.driver": "true"}
+    nfd = {
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        # NFD also publishes this key (from a feature file): gfd must leave it alone.
+        "nvidia.com/gpu.product": "NVIDIA-H100-from-NFD",
+    }
+    emulator.change_node_metadata(
+        NODE,
+        labels={**foreign, **nfd},
+        annotations={NFD_OWNERSHIP_ANNOTATION: "nvidia.com/gpu.product,pci-10de.present"},
+    )
+    sink = sink_for(client, stop)
+    cycles = [
+        publication(),
+        publication(),
+        publication({"nvidia.com/gpu.count": "4"}),
+        publication({}),
+        publication(),
+    ]
+    for cycle in cycles:
+        sink.publish(cycle)
+        labels = emulator.node_labels(NODE)
+        assert {k: labels.get(k) for k in {**foreign, **nfd}} == {**foreign, **nfd}
+        owned = emulator.node_annotations(NODE).get(OWNERSHIP_ANNOTATION, "")
+        assert "nvidia.com/gpu.product" not in owned
+    final = emulator.node_labels(NODE)
+    assert final == {**foreign, **nfd, **{k: v for k, v in EIGHT_H100.items() if k not in nfd}}
+
+
+def test_first_run_adopts_an_earlier_writers_keys_but_not_nfds(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    emulator.change_node_metadata(
+        NODE,
+        labels={"nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559"},
+        annotations={NFD_OWNERSHIP_ANNOTATION: "nvidia.com/gpu.memory"},
+    )
+    sink = sink_for(client, stop)
+    sink.publish(publication())
+    owned = emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION].split(",")
+    assert "nvidia.com/gpu.count" in owned
+    assert "nvidia.com/gpu.memory" not in owned
+    # Once adopted, a key gfd stops publishing is removed; NFD's stays.
+    sink.publish(publication({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}))
+    assert emulator.node_labels(NODE) == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.memory": "81559",
+    }
+
+
+def test_conflict_with_another_writer_converges(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    sink = sink_for(client, stop)
+    sink.publish(publication())
+    # Between gfd's read and its removing patch, another writer changes the node.
+    emulator.before(
+        lambda api: api.change_node_metadata(NODE, labels={"other-writer": "was-here"}),
+        method="PATCH",
+    )
+    emulator.clear_log()
+    assert sink.publish(publication({"nvidia.com/gpu.count": "8"})) is True
+    statuses = [(r.method, r.status, r.query.get("resourceVersion")) for r in emulator.requests]
+    assert statuses == [
+        ("GET", 200, "0"),
+        ("PATCH", 409, None),
+        ("GET", 200, None),
+        ("PATCH", 200, None),
+    ]
+    assert emulator.node_labels(NODE) == {"nvidia.com/gpu.count": "8", "other-writer": "was-here"}
+    emulator.clear_log()
+    assert sink.publish(publication({"nvidia.com/gpu.count": "8"})) is False
+    assert emulator.count(writes=True) == 0
+
+
+def test_stale_cached_read_cannot_delete_a_key_another_writer_took_over(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    sink = sink_for(client, stop)
+    sink.publish(publication())
+    emulator.freeze_cache()
+    # The cache still shows gfd's label; in etcd an admin has since set their own value
+    # and taken the key out of gfd's ownership annotation.
+    owned = sorted(set(EIGHT_H100) - {"nvidia.com/gpu.memory"})
+    emulator.change_node_metadata(
+        NODE,
+        labels={"nvidia.com/gpu.memory": "pinned-by-admin"},
+        annotations={OWNERSHIP_ANNOTATION: ",".join(owned)},
+    )
+    labels = {k: v for k, v in EIGHT_H100.items() if k != "nvidia.com/gpu.memory"}
+    emulator.clear_log()
+    assert sink.publish(publication(labels)) is False
+    assert [r.status for r in emulator.requests if r.is_write] == [409]
+    assert emulator.node_labels(NODE)["nvidia.com/gpu.memory"] == "pinned-by-admin"
+
+
+@pytest.mark.parametrize(
+    "faults",
+    [
+        [Fault(status=503, times=6)],
+        [Fault(status=500, times=3), Fault(status=503, times=3)],
+        [Fault(status=429, retry_after="0", times=4)],
+        [Fault(drop=True, times=2)],
+        [Fault(delay=1.5, method="GET", times=1)],
+        [Fault(delay=1.5, method="PATCH", times=1)],
+    ],
+    ids=[
+        "503-storm",
+        "500-then-503",
+        "429-storm",
+        "dropped-connections",
+        "slow-read",
+        "slow-write",
+    ],
+)
+def test_server_storms_are_retried_and_converge(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event, faults: list[Fault]
+) -> None:
+    emulator.inject(*faults)
+    sink = sink_for(client, stop)
+    assert sink.publish(publication()) is True
+    assert emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION] == ",".join(sorted(EIGHT_H100))
+    assert all(f.fired == f.times for f in faults)
+    emulator.clear_log()
+    assert sink.publish(publication()) is False
+    assert emulator.count(writes=True) == 0
+
+
+def test_429_waits_for_retry_after(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    emulator.inject(Fault(status=429, retry_after="1", method="GET"))
+    started = time.monotonic()
+    assert sink_for(client, stop).publish(publication()) is True
+    assert time.monotonic() - started >= 1.0
+    first, second = emulator.requests[:2]
+    assert (first.status, second.status) == (429, 200)
+    assert second.timestamp - first.timestamp >= 1.0
+
+
+def test_token_rotation_401_recovers_by_rereading_credentials(
+    emulator: ApiServerEmulator, client: KubeClient, kubeconfig: Path, stop: threading.Event
+) -> None:
+    sink = sink_for(client, stop)
+    sink.publish(publication())
+    principal = Principal("system:serviceaccount:gpu-operator:gfd")
+    emulator.set_token("rotated-token", principal)
+    emulator.revoke_token(TOKEN)
+    emulator.write_kubeconfig(kubeconfig, "rotated-token")
+    emulator.clear_log()
+    assert sink.publish(publication({"nvidia.com/gpu.count": "7"})) is True
+    assert [r.status for r in emulator.requests] == [401, 200, 200]
+    assert [r.user for r in emulator.requests][1:] == [principal.user] * 2
+    assert emulator.node_labels(NODE)["nvidia.com/gpu.count"] == "7"
+
+
+def test_401_that_a_reload_cannot_fix_is_permanent(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    emulator.revoke_token(TOKEN)
+    with pytest.raises(SinkPermanentError, match=r"HTTP 401.*kubeconfig"):
+        sink_for(client, stop).publish(publication())
+    assert len(emulator.requests) == 2
+
+
+def test_403_is_reported_clearly_and_not_retried(
+    emulator: ApiServerEmulator, cluster: object, kubeconfig: Path, stop: threading.Event
+) -> None:
+    emulator.set_token(
+        "read-only",
+        Principal("system:serviceaccount:gpu-operator:gfd", frozenset({("get", "nodes")})),
+    )
+    emulator.write_kubeconfig(kubeconfig, "read-only")
+    client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=FAST_RETRIES)
+    sink = sink_for(client, stop)
+    with pytest.raises(SinkPermanentError) as raised:
+        sink.publish(publication())
+    message = str(raised.value)
+    assert "PATCH /api/v1/nodes/gpu-node-1: HTTP 403" in message
+    assert 'cannot patch resource "nodes"' in message
+    assert "RBAC" in message
+    assert [r.method for r in emulator.requests] == ["GET", "PATCH"]
+    client.close()
+
+
+def test_missing_node_is_permanent_and_names_the_flag(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    sink = NodeSink(client=client, node_name="no-such-node", stop=stop)
+    with pytest.raises(SinkPermanentError, match=r"'no-such-node' not found.*--node-name"):
+        sink.publish(publication())
+    assert len(emulator.requests) == 1
+
+
+def test_stop_during_backoff_gives_up_promptly(
+    emulator: ApiServerEmulator, cluster: object, kubeconfig: Path, stop: threading.Event
+) -> None:
+    patient = RetryPolicy(initial_delay=5.0, max_delay=30.0, deadline=300.0)
+    client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=patient)
+    emulator.inject(Fault(status=503, times=None))
+    sink = sink_for(client, stop)
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(SinkError, match="interrupted"):
+        sink.publish(publication())
+    assert time.monotonic() - started < 1.5
+    client.close()
+
+
+def test_retry_deadline_bounds_a_publish(
+    emulator: ApiServerEmulator, cluster: object, kubeconfig: Path, stop: threading.Event
+) -> None:
+    short = RetryPolicy(initial_delay=0.05, max_delay=0.1, deadline=0.5)
+    client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=short)
+    emulator.inject(Fault(status=503, times=None))
+    started = time.monotonic()
+    with pytest.raises(SinkError, match=r"HTTP 503.*gave up after \d+ attempt") as raised:
+        sink_for(client, stop).publish(publication())
+    assert not isinstance(raised.value, SinkPermanentError)
+    assert time.monotonic() - started < 1.0
+    client.close()
+
+
+def test_timestamp_annotation_moves_the_timestamp_off_the_labels(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    sink = sink_for(client, stop, timestamp_annotation=True)
+    sink.publish(publication({**EIGHT_H100, TIMESTAMP_KEY: "1733140000"}))
+    assert TIMESTAMP_KEY not in emulator.node_labels(NODE)
+    assert emulator.node_annotations(NODE)[TIMESTAMP_KEY] == "1733140000"
+    assert TIMESTAMP_KEY not in emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION]
+    emulator.clear_log()
+    sink.publish(publication({**EIGHT_H100, TIMESTAMP_KEY: "1733140000"}))
+    assert emulator.count(writes=True) == 0
+
+
+def test_unowned_annotation_is_refused(client: KubeClient, stop: threading.Event) -> None:
+    with pytest.raises(SinkPermanentError, match="does not own the annotation"):
+        sink_for(client, stop).publish(publication(**{"example.com/other": "x"}))
+
+
+def test_oversized_annotations_are_refused_before_sending(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    huge = "x" * (300 * 1024)
+    with pytest.raises(SinkPermanentError, match="over the API server's 262144-byte limit"):
+        sink_for(client, stop).publish(publication(**{TOPOLOGY_ANNOTATION: huge}))
+    assert emulator.count(writes=True) == 0
+
+
+def test_invalid_label_422_is_permanent_and_nothing_is_applied(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+) -> None:
+    bad = {**EIGHT_H100, "nvidia.com/gpu.compute.major": "-1"}
+    with pytest.raises(SinkPermanentError, match=r"HTTP 422.*is invalid"):
+        sink_for(client, stop).publish(publication(bad))
+    assert emulator.node_labels(NODE) == {}
