@@ -223,10 +223,12 @@ def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
 
 def command_facts(settings: Settings, fmt: str, stdout: TextIO) -> int:
     from gfd.facts import dump_facts
+    from gfd.topology import build_topology, topology_to_json
 
     with facts_source(settings) as read:
         facts = read()
-    stdout.write(dump_facts(facts, fmt))  # type: ignore[arg-type]
+    derived = {"topology": topology_to_json(build_topology(facts))} if facts.gpus else {}
+    stdout.write(dump_facts(facts, fmt, derived=derived))  # type: ignore[arg-type]
     return EXIT_OK
 
 

@@ -26,6 +26,8 @@ from typing import Any, Literal, get_args, get_origin
 from gfd.errors import GfdError
 
 SCHEMA_VERSION = 1
+#: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
+DERIVED_KEY = "derived"
 
 #: NVML's ``nvmlGpuTopologyLevel_t`` names, in order of increasing distance.
 PCI_LEVELS: dict[str, int] = {
@@ -154,6 +156,21 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class VgpuInfo:
+    """vGPU guest detection from PCI config space (vendor-specific capability signed ``VF``).
+
+    Read from ``bus/pci/devices/<addr>/config`` of the NVIDIA display functions; absent
+    (``NodeFacts.vgpu`` None) when that config space could not be read in full.
+    """
+
+    #: An NVIDIA function carries the vGPU capability: this node is a vGPU guest.
+    present: bool
+    #: The hypervisor host's vGPU manager version and branch (``460.16``, ``r460_00``).
+    host_driver_version: str | None = None
+    host_driver_branch: str | None = None
+
+
+@dataclass(frozen=True)
 class PciPair:
     """``nvmlDeviceGetTopologyCommonAncestor`` for the GPUs with indices ``a < b``."""
 
@@ -173,6 +190,8 @@ class NodeFacts:
     machine_type: str | None = None
     gpus: tuple[Gpu, ...] = ()
     pci_pairs: tuple[PciPair, ...] = ()
+    #: vGPU guest detection; None when PCI config space was unreadable (unprivileged).
+    vgpu: VgpuInfo | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def pci_level(self, a: int, b: int) -> PciLevel | None:
@@ -201,9 +220,20 @@ def _to_plain(value: Any) -> Any:
     return value
 
 
-def dump_facts(facts: NodeFacts, fmt: Literal["yaml", "json"] = "yaml") -> str:
-    """Serialise facts deterministically: equal facts give equal text."""
+def dump_facts(
+    facts: NodeFacts,
+    fmt: Literal["yaml", "json"] = "yaml",
+    *,
+    derived: Mapping[str, Any] | None = None,
+) -> str:
+    """Serialise facts deterministically: equal facts give equal text.
+
+    ``derived`` (plain data computed from the facts) is appended under ``derived:``
+    for readers; loading ignores it.
+    """
     plain = facts_to_dict(facts)
+    if derived is not None:
+        plain[DERIVED_KEY] = dict(derived)
     if fmt == "json":
         return json.dumps(plain, indent=2) + "\n"
     import yaml
@@ -230,8 +260,10 @@ def facts_from_dict(data: Any, source: str = "<facts>") -> NodeFacts:
 def load_facts_text(text: str, source: str, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
     """Parse YAML or JSON facts text. Top-level ``extra_keys`` are ignored (e.g. ``faults``)."""
     data = parse_document(text, source)
-    if isinstance(data, Mapping) and extra_keys:
-        data = {k: v for k, v in data.items() if k not in extra_keys}
+    if isinstance(data, Mapping):
+        # ``derived`` (what ``gfd facts`` computes from the facts, e.g. the topology) is output only.
+        ignored = extra_keys | {DERIVED_KEY}
+        data = {k: v for k, v in data.items() if k not in ignored}
     return facts_from_dict(data, source)
 
 

@@ -29,11 +29,13 @@ from gfd.facts import (
     PCI_LEVELS,
     FabricInfo,
     Gpu,
+    MigDevice,
     NodeFacts,
     NvLink,
     PciPair,
     cpulist_from_ids,
 )
+from gfd.vgpu import read_vgpu
 
 DEFAULT_SYSFS_ROOT = Path("/sys")
 DEFAULT_MACHINE_TYPE_FILE = Path("/sys/class/dmi/id/product_name")
@@ -44,6 +46,12 @@ CPU_AFFINITY_WORDS = 64
 FIELD_NVLINK_LINK_COUNT = 91
 #: Upper bound on links probed one by one when the link-count field is not supported.
 MAX_PROBED_LINKS = 36
+#: ``NVML_GPU_INSTANCE_PROFILE_*`` indices of the profiles with media extensions (``+me``).
+MEDIA_EXTENSION_PROFILES = frozenset(
+    {pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1}
+)
+#: nvml.h's ``nvmlGpuFabricInfo_v3``; pynvml's default fabric struct is still v2.
+FABRIC_INFO_V3 = 0x03000028
 
 _NOT_READY_CODES = {
     pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
@@ -118,11 +126,17 @@ class _Session:
 
     def optional(self, call: str, fn: Callable[..., T], *args: Any) -> T | None:
         """NOT_SUPPORTED (and NOT_FOUND for per-link calls) reads as absent."""
+        return self.absent_on(call, (pynvml.NVML_ERROR_NOT_SUPPORTED,), fn, *args)
+
+    def absent_on(
+        self, call: str, codes: tuple[int, ...], fn: Callable[..., T], *args: Any
+    ) -> T | None:
+        """Like :meth:`required`, but the NVML errors in ``codes`` read as absent."""
         self.calls += 1
         try:
             return fn(*args)
         except pynvml.NVMLError as exc:
-            if exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED:
+            if exc.value in codes:
                 return None
             raise _as_gfd_error(call, exc) from exc
 
@@ -182,6 +196,7 @@ def _read_all(nv: _Session, sysfs_root: Path, machine_type_file: Path) -> NodeFa
         machine_type=_read_machine_type(machine_type_file),
         gpus=gpus,
         pci_pairs=tuple(pairs),
+        vgpu=read_vgpu(sysfs_root),
     )
 
 
@@ -219,7 +234,8 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path) -> Gpu:
         name=name,
         uuid=uuid,
         bus_id=bus_id,
-        pci_device_id=int(pci.pciDeviceId),
+        # 0 is no real device id: NVML leaves it zero when it cannot tell.
+        pci_device_id=int(pci.pciDeviceId) or None,
         pci_class=_read_sysfs_int(sysfs_dir / "class", base=16),
         memory_total_bytes=int(memory.total) if memory is not None else None,
         compute_major=int(compute[0]) if compute is not None else None,
@@ -231,6 +247,7 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path) -> Gpu:
         cpu_affinity=_affinity_to_cpulist(affinity) if affinity is not None else None,
         mig_mode_current=bool(mig[0]) if mig is not None else None,
         mig_mode_pending=bool(mig[1]) if mig is not None else None,
+        mig_devices=_read_mig_devices(nv, handle) if mig is not None and mig[0] else (),
         nvlink_version=int(nvlink_version) if nvlink_version is not None else None,
         nvlinks=links,
         fabric=_read_fabric(nv, handle),
@@ -292,13 +309,118 @@ def _nvlink_count(nv: _Session, handle: Any) -> int:
     return count
 
 
-def _read_fabric(nv: _Session, handle: Any) -> FabricInfo | None:
-    info = pynvml.c_nvmlGpuFabricInfoV_t()
-    try:
-        done = nv.optional(
-            # pynvml hands the argument straight to C: it must be a pointer.
-            "nvmlDeviceGetGpuFabricInfoV", pynvml.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info)
+def _read_mig_devices(nv: _Session, handle: Any) -> tuple[MigDevice, ...]:
+    """The MIG devices of a MIG-enabled GPU, by MIG index; empty slots are skipped."""
+    slots = nv.required(
+        "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
+    )
+    profiles: dict[int, tuple[int, Any]] | None = None
+    devices: list[MigDevice] = []
+    for index in range(int(slots)):
+        mig = nv.absent_on(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+            (pynvml.NVML_ERROR_NOT_FOUND,),
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex,
+            handle,
+            index,
         )
+        if mig is None:
+            continue
+        if profiles is None:
+            profiles = _gpu_instance_profiles(nv, handle)
+        devices.append(_read_mig_device(nv, handle, index, mig, profiles))
+    return tuple(devices)
+
+
+def _gpu_instance_profiles(nv: _Session, handle: Any) -> dict[int, tuple[int, Any]]:
+    """GPU instance profile id → (``NVML_GPU_INSTANCE_PROFILE_*`` index, profile info)."""
+    profiles: dict[int, tuple[int, Any]] = {}
+    for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        # pynvml builds the versioned struct and passes it by reference itself.
+        info = nv.absent_on(
+            "nvmlDeviceGetGpuInstanceProfileInfoV",
+            (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
+            pynvml.nvmlDeviceGetGpuInstanceProfileInfoV,
+            handle,
+            profile_index,
+        )
+        if info is not None:
+            profiles.setdefault(int(info.id), (profile_index, info))
+    return profiles
+
+
+def _read_mig_device(
+    nv: _Session, parent: Any, index: int, mig: Any, profiles: dict[int, tuple[int, Any]]
+) -> MigDevice:
+    name = _text(nv.required("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, mig))
+    uuid = _text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
+    memory = nv.required("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, mig)
+    gi_id = int(
+        nv.required("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
+    )
+    ci_id = int(
+        nv.required("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig)
+    )
+    attributes = nv.required("nvmlDeviceGetAttributes", pynvml.nvmlDeviceGetAttributes_v2, mig)
+    instance = nv.required(
+        "nvmlDeviceGetGpuInstanceById", pynvml.nvmlDeviceGetGpuInstanceById, parent, gi_id
+    )
+    instance_info = nv.required("nvmlGpuInstanceGetInfo", pynvml.nvmlGpuInstanceGetInfo, instance)
+    profile_id = int(instance_info.profileId)
+    if profile_id not in profiles:
+        raise NvmlError(
+            "nvmlDeviceGetGpuInstanceProfileInfoV",
+            pynvml.NVML_ERROR_NOT_FOUND,
+            "NVML_ERROR_NOT_FOUND",
+            f"MIG device {index} ({uuid}) uses GPU instance profile {profile_id}, "
+            "which no profile index of its GPU reports",
+        )
+    profile_index, profile = profiles[profile_id]
+    return MigDevice(
+        index=index,
+        uuid=uuid,
+        name=name,
+        memory_total_bytes=int(memory.total),
+        gpu_instance_id=gi_id,
+        compute_instance_id=ci_id,
+        gi_profile_id=profile_id,
+        gi_slice_count=int(attributes.gpuInstanceSliceCount),
+        gi_memory_mib=int(profile.memorySizeMB),
+        ci_slice_count=int(attributes.computeInstanceSliceCount),
+        multiprocessors=int(attributes.multiprocessorCount),
+        copy_engines=int(attributes.sharedCopyEngineCount),
+        decoders=int(attributes.sharedDecoderCount),
+        encoders=int(attributes.sharedEncoderCount),
+        jpeg_decoders=int(attributes.sharedJpegCount),
+        ofa_engines=int(attributes.sharedOfaCount),
+        media_extensions=profile_index in MEDIA_EXTENSION_PROFILES,
+    )
+
+
+def _read_fabric(nv: _Session, handle: Any) -> FabricInfo | None:
+    """Fabric info through the v3 struct (current drivers), else v2 (older drivers refuse v3)."""
+    v3: Any = pynvml.c_nvmlGpuFabricInfo_v3_t()
+    v3.version = FABRIC_INFO_V3
+    try:
+        try:
+            # pynvml hands the argument straight to C: it must be a pointer.
+            done = nv.optional(
+                "nvmlDeviceGetGpuFabricInfoV",
+                pynvml.nvmlDeviceGetGpuFabricInfoV,
+                handle,
+                ctypes.byref(v3),
+            )
+            info: Any = v3
+        except NvmlError as exc:
+            if exc.code != pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+                raise
+            info = pynvml.c_nvmlGpuFabricInfoV_t()
+            done = nv.optional(
+                "nvmlDeviceGetGpuFabricInfoV",
+                pynvml.nvmlDeviceGetGpuFabricInfoV,
+                handle,
+                ctypes.byref(info),
+            )
     except NvmlError as exc:
         # Drivers older than the fabric API do not export the symbol at all.
         if exc.code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:

@@ -22,12 +22,12 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from gfd.errors import GfdError
-from gfd.facts import NodeFacts, facts_from_dict, facts_to_dict, load_facts, parse_document
+from gfd.facts import FactsError, NodeFacts, facts_from_dict, facts_to_dict, parse_document
 from gfd.sim.faults import NO_FAULTS, CallError, Faults, GpuLost, check_faults, parse_faults
 from gfd.sim.machine_file import check_servable, render_machine_file
 from gfd.sim.sysfs_tree import write_sysfs_tree
@@ -42,6 +42,7 @@ __all__ = [
     "SimulationProfile",
     "library_path",
     "load_profile",
+    "prepare_machine",
     "profile_path",
     "simulate",
 ]
@@ -66,7 +67,7 @@ class SimulationProfile:
 
 @dataclass(frozen=True)
 class SimulatedMachine:
-    """A configured simulated machine; valid inside the :func:`simulate` block only."""
+    """A prepared machine; one from :func:`simulate` is valid inside its block only."""
 
     library_path: Path
     sysfs_root: Path
@@ -103,9 +104,20 @@ def load_profile(name_or_path: str) -> SimulationProfile:
     """Load a profile: a NodeFacts document plus an optional top-level ``faults:`` section."""
     path = profile_path(name_or_path)
     source = str(path)
-    facts = load_facts(path, extra_keys=frozenset({"faults"}))
-    document = parse_document(path.read_text(encoding="utf-8"), source)
-    faults = parse_faults(document.get("faults"), source, len(facts.gpus))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FactsError(source, "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FactsError(source, "", f"not UTF-8 text: {exc.reason}") from exc
+    # One YAML parse serves both parts (large profiles take tens of milliseconds to parse).
+    document = parse_document(text, source)
+    faults_data = None
+    if isinstance(document, Mapping):
+        faults_data = document.get("faults")
+        document = {key: value for key, value in document.items() if key != "faults"}
+    facts = facts_from_dict(document, source)
+    faults = parse_faults(faults_data, source, len(facts.gpus))
     check_servable(facts, source)
     return SimulationProfile(facts=facts, faults=faults, source=source)
 
@@ -134,16 +146,16 @@ def _library(path: Path) -> ctypes.CDLL:
             library = ctypes.CDLL(str(path))
         except OSError as exc:
             raise GfdError(f"cannot load the NVML simulator {path}: {exc}") from exc
-        library.gfdsim_configure.argtypes = [ctypes.c_char_p]
-        library.gfdsim_configure.restype = ctypes.c_int
-        library.gfdsim_last_error.argtypes = []
-        library.gfdsim_last_error.restype = ctypes.c_char_p
         _loaded[path] = library
     return _loaded[path]
 
 
 def configure_library(library: ctypes.CDLL, config_path: Path | None) -> None:
     """Point a loaded simulator at a machine file (None: no machine, like no driver)."""
+    library.gfdsim_configure.argtypes = [ctypes.c_char_p]
+    library.gfdsim_configure.restype = ctypes.c_int
+    library.gfdsim_last_error.argtypes = []
+    library.gfdsim_last_error.restype = ctypes.c_char_p
     encoded = os.fsencode(config_path) if config_path is not None else None
     if library.gfdsim_configure(encoded) != 0:
         detail = library.gfdsim_last_error().decode("utf-8", "replace")
@@ -167,6 +179,37 @@ def _as_profile(profile: str | Path | SimulationProfile | NodeFacts) -> Simulati
     return load_profile(str(profile))
 
 
+def prepare_machine(
+    profile: str | Path | SimulationProfile | NodeFacts, directory: Path
+) -> SimulatedMachine:
+    """Write the machine file, sysfs tree and ``lib/libnvidia-ml.so.1`` into ``directory``.
+
+    Nothing is configured: this is what another process needs, through
+    :meth:`SimulatedMachine.environment` (``python -m gfd.sim`` prints it).
+    """
+    resolved = _as_profile(profile)
+    path = library_path()
+    directory.mkdir(parents=True, exist_ok=True)
+    config_path = directory / "machine.conf"
+    config_path.write_text(render_machine_file(resolved.facts, resolved.faults), encoding="utf-8")
+    sysfs_root = directory / "sys"
+    machine_type_file = write_sysfs_tree(resolved.facts, sysfs_root)
+    nvml_dir = directory / "lib"
+    nvml_dir.mkdir(exist_ok=True)
+    link = nvml_dir / NVML_SONAME
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(path)
+    return SimulatedMachine(
+        library_path=path,
+        sysfs_root=sysfs_root,
+        machine_type_file=machine_type_file,
+        profile=resolved,
+        config_path=config_path,
+        nvml_dir=nvml_dir,
+    )
+
+
 @contextlib.contextmanager
 def simulate(
     profile: str | Path | SimulationProfile | NodeFacts, *, workdir: Path | None = None
@@ -179,8 +222,7 @@ def simulate(
     left unconfigured on exit, so a late ``nvmlInit`` fails like a driverless host.
     """
     resolved = _as_profile(profile)
-    path = library_path()
-    library = _library(path)
+    library = _library(library_path())
     if not _active.acquire(blocking=False):
         raise GfdError(
             "a simulated machine is already active in this process; NVML has one "
@@ -189,29 +231,13 @@ def simulate(
     try:
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
         try:
-            config_path = directory / "machine.conf"
-            config_path.write_text(
-                render_machine_file(resolved.facts, resolved.faults), encoding="utf-8"
-            )
-            sysfs_root = directory / "sys"
-            machine_type_file = write_sysfs_tree(resolved.facts, sysfs_root)
-            nvml_dir = directory / "lib"
-            nvml_dir.mkdir()
-            (nvml_dir / NVML_SONAME).symlink_to(path)
-            configure_library(library, config_path)
+            machine = prepare_machine(resolved, directory)
+            configure_library(library, machine.config_path)
             try:
-                yield SimulatedMachine(
-                    library_path=path,
-                    sysfs_root=sysfs_root,
-                    machine_type_file=machine_type_file,
-                    profile=resolved,
-                    config_path=config_path,
-                    nvml_dir=nvml_dir,
-                )
+                yield machine
             finally:
                 configure_library(library, None)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     finally:
         _active.release()
-

@@ -17,6 +17,7 @@ field path (``faults.errors[0].call``).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -182,7 +183,9 @@ def parse_faults(data: Any, source: str, gpu_count: int) -> Faults:
     seen: set[int] = set()
     for i, entry in enumerate(lost):
         if entry.gpu in seen:
-            raise FactsError(source, f"faults.gpu_lost[{i}].gpu", f"GPU {entry.gpu} is listed twice")
+            raise FactsError(
+                source, f"faults.gpu_lost[{i}].gpu", f"GPU {entry.gpu} is listed twice"
+            )
         seen.add(entry.gpu)
     inits = _count(data.get("driver_not_loaded_inits", 0), source, "faults.driver_not_loaded_inits")
     return Faults(errors=errors, gpu_lost=lost, driver_not_loaded_inits=inits)
@@ -217,7 +220,7 @@ def _call_error(item: Any, source: str, path: str, gpu_count: int) -> CallError:
     if not isinstance(call, str):
         raise FactsError(source, f"{path}.call", "required: the name of an NVML function")
     if call not in EXPORTED_CALLS or call in _UNFAULTABLE:
-        suggestions = [c for c in EXPORTED_CALLS if c.lower().startswith(call.lower())][:5]
+        suggestions = difflib.get_close_matches(call, EXPORTED_CALLS, n=3)
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         raise FactsError(
             source,

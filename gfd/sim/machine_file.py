@@ -29,6 +29,8 @@ DRIVER_VERSION_BUFFER = 80
 #: nvml.h ``NVML_NVLINK_MAX_LINKS`` (13.x headers).
 NVLINK_MAX_LINKS = 36
 GPU_INSTANCE_PROFILE_COUNT = 0x12
+#: The C parser's line limit (MAX_LINE) less the key and the line break.
+MAX_LINE_TEXT = 65000
 
 #: GPU instance profile ids (as ``nvidia-smi mig -lgip`` shows them) that NVML
 #: serves at a fixed ``NVML_GPU_INSTANCE_PROFILE_*`` index on every MIG GPU.
@@ -78,12 +80,18 @@ def check_servable(facts: NodeFacts, source: str) -> None:
         _check_text(facts.driver_version, DRIVER_VERSION_BUFFER, source, "driver_version")
     if facts.cuda_driver_version is not None and not 0 <= facts.cuda_driver_version < 2**31:
         raise FactsError(source, "cuda_driver_version", "must fit a C int and not be negative")
-    if facts.machine_type is not None and ("\n" in facts.machine_type or "\0" in facts.machine_type):
+    if facts.machine_type is not None and (
+        "\n" in facts.machine_type or "\0" in facts.machine_type
+    ):
         raise FactsError(source, "machine_type", "must be one line of text")
     for i, gpu in enumerate(facts.gpus):
         where = f"gpus[{i}]"
         _check_text(gpu.name, NAME_BUFFER, source, f"{where}.name")
         _check_text(gpu.uuid, UUID_BUFFER, source, f"{where}.uuid")
+        if gpu.cpu_affinity is not None and len(gpu.cpu_affinity) > MAX_LINE_TEXT:
+            raise FactsError(
+                source, f"{where}.cpu_affinity", f"longer than {MAX_LINE_TEXT} characters"
+            )
         for name in (
             "pci_device_id",
             "pci_class",
@@ -96,7 +104,9 @@ def check_servable(facts: NodeFacts, source: str) -> None:
         ):
             value = getattr(gpu, name)
             if value is not None and not 0 <= value < 2**32:
-                raise FactsError(source, f"{where}.{name}", f"{value} does not fit 32 bits unsigned")
+                raise FactsError(
+                    source, f"{where}.{name}", f"{value} does not fit 32 bits unsigned"
+                )
         if (gpu.compute_major is None) != (gpu.compute_minor is None):
             raise FactsError(
                 source, f"{where}.compute_minor", "compute_major and compute_minor come together"
@@ -173,9 +183,7 @@ def _check_text(value: str, buffer: int, source: str, path: str) -> None:
     if "\n" in value or "\r" in value or "\0" in value:
         raise FactsError(source, path, "must be one line of text")
     if len(value.encode("utf-8")) >= buffer:
-        raise FactsError(
-            source, path, f"{value!r} is longer than NVML's {buffer - 1}-byte limit"
-        )
+        raise FactsError(source, path, f"{value!r} is longer than NVML's {buffer - 1}-byte limit")
 
 
 def render_machine_file(facts: NodeFacts, faults: Faults) -> str:

@@ -23,7 +23,7 @@
  *
  * Config file format (version 1)
  * ------------------------------
- * UTF-8 text, one record per line: a keyword, one space, then its value. Blank
+ * UTF-8 text, one record per line (at most 64 KiB): a keyword, one space, its value. Blank
  * lines and lines starting with '#' are ignored. Numbers are C integers (decimal,
  * or hex with 0x). A "-" in a numeric slot means "not reported". A key that does
  * not appear means NVML reports NOT_SUPPORTED for it. TEXT runs to the end of the
@@ -89,7 +89,7 @@
 #define GFDSIM_API __attribute__((visibility("default")))
 #define CONFIG_ENV "GFD_SIM_CONFIG"
 #define CONFIG_MAGIC "gfdsim-config 1"
-#define MAX_LINE 4096
+#define MAX_LINE 65536 /* a cpulist of 4096 lone CPUs is about 20 KB */
 #define TEXT_MAX NVML_DEVICE_NAME_V2_BUFFER_SIZE
 #define BUS_ID_MAX NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
 #define CALL_NAME_MAX 80
@@ -765,7 +765,16 @@ static int parse_line(parse_ctx *ctx, sim_machine *m, char *line) {
         return 0;
     }
     if (current == NULL) {
-        return parse_fail(ctx, "'%s' comes before any 'gpu' line", key);
+        static const char *const gpu_keys[] = {
+            "name", "uuid", "bus_id", "pci_device_id", "pci_class", "memory_total_bytes",
+            "compute_capability", "architecture", "brand", "gpu_numa_id", "cpu_affinity",
+            "mig_mode", "max_mig_devices", "nvlink_version", "nvlink", "fabric", "mig"};
+        for (size_t i = 0; i < sizeof gpu_keys / sizeof gpu_keys[0]; i++) {
+            if (strcmp(key, gpu_keys[i]) == 0 || strncmp(key, "mig_", 4) == 0) {
+                return parse_fail(ctx, "'%s' comes before any 'gpu' line", key);
+            }
+        }
+        return parse_fail(ctx, "unknown key '%s'", key);
     }
     return parse_gpu_key(ctx, current, key, value);
 }
@@ -840,10 +849,10 @@ static sim_machine *load_machine(const char *path, char *error, size_t error_siz
     char **late = NULL;
     unsigned *late_lines = NULL;
     size_t n_late = 0;
-    int ok = m != NULL ? 0 : parse_fail(&ctx, "out of memory");
-    char buffer[MAX_LINE];
+    char *buffer = malloc(MAX_LINE);
+    int ok = m != NULL && buffer != NULL ? 0 : parse_fail(&ctx, "out of memory");
     int seen_magic = 0;
-    while (ok == 0 && fgets(buffer, sizeof buffer, file) != NULL) {
+    while (ok == 0 && fgets(buffer, MAX_LINE, file) != NULL) {
         ctx.line++;
         size_t len = strlen(buffer);
         if (len > 0 && buffer[len - 1] != '\n' && !feof(file)) {
@@ -925,6 +934,7 @@ static sim_machine *load_machine(const char *path, char *error, size_t error_siz
             mig->ci_handle = (struct nvmlComputeInstance_st){(int)i, (int)j};
         }
     }
+    free(buffer);
     for (size_t i = 0; i < n_late; i++) {
         free(late[i]);
     }

@@ -136,7 +136,10 @@ def test_reconfiguring_resets_counters(nvml: ModuleType) -> None:
     [
         (Faults(errors=(CallError(call="nvmlNope", code=999),)), "faults.errors[0].call"),
         (Faults(errors=(CallError(call="nvmlDeviceGetName", code=-1),)), "faults.errors[0].error"),
-        (Faults(errors=(CallError(call="nvmlDeviceGetName", code=3, gpu=1),)), "faults.errors[0].gpu"),
+        (
+            Faults(errors=(CallError(call="nvmlDeviceGetName", code=3, gpu=1),)),
+            "faults.errors[0].gpu",
+        ),
         (Faults(gpu_lost=(GpuLost(gpu=0, after_calls=-2),)), "faults.gpu_lost[0].after_calls"),
         (Faults(driver_not_loaded_inits=-1), "faults.driver_not_loaded_inits"),
     ],

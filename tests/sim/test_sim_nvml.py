@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pynvml
@@ -15,6 +16,9 @@ from gfd.facts import FabricInfo, Gpu, MigDevice, NodeFacts, NvLink, PciPair, cp
 from gfd.sim import SimulationProfile, load_profile, simulate
 
 MIB = 2**20
+#: The dgx-a100 profile with MIG enabled in a mixed layout (not bundled: the reader
+#: does not read MIG devices yet, and every bundled profile must round-trip).
+MIG_PROFILE = str(Path(__file__).parent / "fixtures" / "dgx-a100-mig.yaml")
 
 
 @contextlib.contextmanager
@@ -34,8 +38,14 @@ def bare_gpu(index: int, **fields: object) -> Gpu:
     )
 
 
-def a100_mig(index: int, profile: str, gi: int, ci: int = 0, ci_slices: int | None = None) -> MigDevice:
-    shapes = {"1g.5gb": (19, 1, 4864, 14), "2g.10gb": (14, 2, 9856, 28), "3g.20gb": (9, 3, 19968, 42)}
+def a100_mig(
+    index: int, profile: str, gi: int, ci: int = 0, ci_slices: int | None = None
+) -> MigDevice:
+    shapes = {
+        "1g.5gb": (19, 1, 4864, 14),
+        "2g.10gb": (14, 2, 9856, 28),
+        "3g.20gb": (9, 3, 19968, 42),
+    }
     gi_profile, slices, mib, sms = shapes[profile]
     ci_count = ci_slices if ci_slices is not None else slices
     name = profile if ci_count == slices else f"{ci_count}c.{profile}"
@@ -295,7 +305,9 @@ def test_common_ancestor_serves_every_pair(nvml: ModuleType) -> None:
 
 
 def test_unknown_pair_level_is_not_supported(nvml: ModuleType) -> None:
-    facts = NodeFacts(gpus=(bare_gpu(0), bare_gpu(1), bare_gpu(2)), pci_pairs=(PciPair(0, 1, "node"),))
+    facts = NodeFacts(
+        gpus=(bare_gpu(0), bare_gpu(1), bare_gpu(2)), pci_pairs=(PciPair(0, 1, "node"),)
+    )
     with simulate(facts):
         nvml.nvmlInit()
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
@@ -319,7 +331,15 @@ def test_nearest_gpus_two_call_protocol(nvml: ModuleType, lib: ctypes.CDLL) -> N
         assert indices(nvml, nvml.nvmlDeviceGetTopologyNearestGpus(gpu4, 10)) == [5]
         assert indices(nvml, nvml.nvmlDeviceGetTopologyNearestGpus(gpu4, 20)) == [5, 6, 7]
         assert indices(nvml, nvml.nvmlDeviceGetTopologyNearestGpus(gpu4, 30)) == [2, 3, 5, 6, 7]
-        assert indices(nvml, nvml.nvmlDeviceGetTopologyNearestGpus(gpu4, 50)) == [0, 1, 2, 3, 5, 6, 7]
+        assert indices(nvml, nvml.nvmlDeviceGetTopologyNearestGpus(gpu4, 50)) == [
+            0,
+            1,
+            2,
+            3,
+            5,
+            6,
+            7,
+        ]
         two = (pynvml.c_nvmlDevice_t * 2)()
         count = ctypes.c_uint(2)
         rc = lib.nvmlDeviceGetTopologyNearestGpus(gpu4, 20, ctypes.byref(count), two)
@@ -353,7 +373,9 @@ def test_p2p_status(nvml: ModuleType) -> None:
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
         assert nvml.nvmlDeviceGetP2PStatus(h[0], h[1], nvlink) == pynvml.NVML_P2P_STATUS_OK
         assert nvml.nvmlDeviceGetP2PStatus(h[0], h[4], atomics) == pynvml.NVML_P2P_STATUS_OK
-        assert nvml.nvmlDeviceGetP2PStatus(h[0], h[5], nvlink) == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        assert (
+            nvml.nvmlDeviceGetP2PStatus(h[0], h[5], nvlink) == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        )
         assert (
             nvml.nvmlDeviceGetP2PStatus(h[0], h[5], read)
             == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
@@ -374,7 +396,8 @@ def test_p2p_status(nvml: ModuleType) -> None:
         nvml.nvmlInit()
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
         assert (
-            nvml.nvmlDeviceGetP2PStatus(h[0], h[1], read) == pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED
+            nvml.nvmlDeviceGetP2PStatus(h[0], h[1], read)
+            == pynvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED
         )
         nvml.nvmlShutdown()
 
@@ -548,7 +571,7 @@ def test_mig_disabled_and_unsupported(nvml: ModuleType) -> None:
 
 
 def test_mig_devices_of_the_mig_profile(nvml: ModuleType) -> None:
-    profile = load_profile("dgx-a100-mig")
+    profile = load_profile(MIG_PROFILE)
     with simulate(profile):
         nvml.nvmlInit()
         gpu0 = nvml.nvmlDeviceGetHandleByIndex(0)
@@ -594,16 +617,25 @@ def test_mig_devices_of_the_mig_profile(nvml: ModuleType) -> None:
 
 
 def test_gpu_instance_profiles(nvml: ModuleType) -> None:
-    with simulate("dgx-a100-mig"):
+    with simulate(MIG_PROFILE):
         nvml.nvmlInit()
         gpu0 = nvml.nvmlDeviceGetHandleByIndex(0)
-        one_slice = nvml.nvmlDeviceGetGpuInstanceProfileInfo(gpu0, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+        one_slice = nvml.nvmlDeviceGetGpuInstanceProfileInfo(
+            gpu0, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE
+        )
         assert one_slice.version == pynvml.nvmlGpuInstanceProfileInfo_v2
         assert (one_slice.id, one_slice.sliceCount, one_slice.memorySizeMB) == (19, 1, 4864)
         assert (one_slice.instanceCount, one_slice.multiprocessorCount) == (7, 14)
         assert one_slice.name == "MIG 1g.5gb"
-        three = nvml.nvmlDeviceGetGpuInstanceProfileInfo(gpu0, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 1)
-        assert (three.id, three.sliceCount, three.memorySizeMB, three.instanceCount) == (9, 3, 19968, 2)
+        three = nvml.nvmlDeviceGetGpuInstanceProfileInfo(
+            gpu0, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 1
+        )
+        assert (three.id, three.sliceCount, three.memorySizeMB, three.instanceCount) == (
+            9,
+            3,
+            19968,
+            2,
+        )
         with nvml_fails(pynvml.NVML_ERROR_NOT_SUPPORTED):  # 7g.40gb is not in use here
             nvml.nvmlDeviceGetGpuInstanceProfileInfo(gpu0, pynvml.NVML_GPU_INSTANCE_PROFILE_7_SLICE)
         with nvml_fails(pynvml.NVML_ERROR_INVALID_ARGUMENT):

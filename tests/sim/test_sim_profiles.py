@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from gfd.sim import (
 )
 from gfd.sim.faults import EXPORTED_CALLS, NVML_ERROR_CODES, CallError
 from gfd.sim.machine_file import render_machine_file
+
+from .test_sim_nvml import MIG_PROFILE
 
 MIB = 2**20
 REQUIRED_PROFILES = {
@@ -55,7 +58,7 @@ REAL_GPUS = {
 
 def test_bundled_profiles_are_sorted_and_complete() -> None:
     assert list(BUNDLED_PROFILES) == sorted(BUNDLED_PROFILES)
-    assert REQUIRED_PROFILES <= set(BUNDLED_PROFILES)
+    assert set(BUNDLED_PROFILES) >= REQUIRED_PROFILES
 
 
 @pytest.mark.parametrize("name", BUNDLED_PROFILES)
@@ -63,7 +66,9 @@ def test_bundled_profile_is_a_complete_real_machine(name: str) -> None:
     facts = load_profile(name).facts
     assert facts.driver_version and facts.cuda_driver_version and facts.machine_type
     n = len(facts.gpus)
-    assert {(p.a, p.b) for p in facts.pci_pairs} == {(a, b) for a in range(n) for b in range(a + 1, n)}
+    assert {(p.a, p.b) for p in facts.pci_pairs} == {
+        (a, b) for a in range(n) for b in range(a + 1, n)
+    }
     assert [g.bus_id for g in facts.gpus] == sorted(g.bus_id for g in facts.gpus)
     uuids = [g.uuid for g in facts.gpus]
     assert len(set(uuids)) == n and all(u.startswith("GPU-") and len(u) == 40 for u in uuids)
@@ -75,9 +80,12 @@ def test_bundled_profile_is_a_complete_real_machine(name: str) -> None:
         assert gpu.architecture is not None and gpu.brand is not None
         assert gpu.pci_class in (0x030200, 0x030000)
         assert gpu.cpu_affinity is not None
-        mig_capable = gpu.compute_major in (8, 9) and "GeForce" not in gpu.name and "L4" not in gpu.name
+        mig_capable = (
+            gpu.compute_major in (8, 9) and "GeForce" not in gpu.name and "L4" not in gpu.name
+        )
         assert (gpu.mig_mode_current is not None) == mig_capable, gpu.name
-        assert (gpu.fabric is not None) == (gpu.compute_major == 9)
+        # Hopper reports fabric info where an NVLink fabric exists (not on PCIe cards).
+        assert (gpu.fabric is not None) == (gpu.compute_major == 9 and bool(gpu.nvlinks))
         assert (gpu.nvlink_version is not None) == bool(gpu.nvlinks)
 
 
@@ -176,19 +184,49 @@ gpus:
         ("faults: {typo: 1}", "faults.typo", "unknown field"),
         ("faults: {errors: {}}", "faults.errors", "expected a list"),
         ("faults: {errors: [{error: UNKNOWN}]}", "faults.errors[0].call", "required"),
-        ("faults: {errors: [{call: nvmlDeviceGetCount, error: 1}]}", "faults.errors[0].call", "did you mean"),
-        ("faults: {errors: [{call: nvmlErrorString, error: 1}]}", "faults.errors[0].call", "not an NVML"),
+        (
+            "faults: {errors: [{call: nvmlDeviceGetNmae, error: 1}]}",
+            "faults.errors[0].call",
+            "did you mean nvmlDeviceGetName",
+        ),
+        (
+            "faults: {errors: [{call: nvmlErrorString, error: 1}]}",
+            "faults.errors[0].call",
+            "not an NVML",
+        ),
         ("faults: {errors: [{call: nvmlDeviceGetName}]}", "faults.errors[0].error", "required"),
-        ("faults: {errors: [{call: nvmlDeviceGetName, error: OOPS}]}", "faults.errors[0].error", "OOPS"),
-        ("faults: {errors: [{call: nvmlDeviceGetName, error: 0}]}", "faults.errors[0].error", "not an NVML"),
-        ("faults: {errors: [{call: nvmlDeviceGetName, error: 3, gpu: 2}]}", "faults.errors[0].gpu", "has 2"),
-        ("faults: {errors: [{call: nvmlDeviceGetName, error: 3, times: x}]}", "faults.errors[0].times", "count"),
+        (
+            "faults: {errors: [{call: nvmlDeviceGetName, error: OOPS}]}",
+            "faults.errors[0].error",
+            "OOPS",
+        ),
+        (
+            "faults: {errors: [{call: nvmlDeviceGetName, error: 0}]}",
+            "faults.errors[0].error",
+            "not an NVML",
+        ),
+        (
+            "faults: {errors: [{call: nvmlDeviceGetName, error: 3, gpu: 2}]}",
+            "faults.errors[0].gpu",
+            "has 2",
+        ),
+        (
+            "faults: {errors: [{call: nvmlDeviceGetName, error: 3, times: x}]}",
+            "faults.errors[0].times",
+            "count",
+        ),
         ("faults: {gpu_lost: [{gpu: 0}]}", "faults.gpu_lost[0].after_calls", "required"),
-        ("faults: {gpu_lost: [{gpu: 0, after_calls: 1}, {gpu: 0, after_calls: 2}]}", "faults.gpu_lost[1].gpu", "twice"),
+        (
+            "faults: {gpu_lost: [{gpu: 0, after_calls: 1}, {gpu: 0, after_calls: 2}]}",
+            "faults.gpu_lost[1].gpu",
+            "twice",
+        ),
         ("faults: {driver_not_loaded_inits: true}", "faults.driver_not_loaded_inits", "count"),
     ],
 )
-def test_bad_faults_name_file_and_field(tmp_path: Path, faults: str, field: str, problem: str) -> None:
+def test_bad_faults_name_file_and_field(
+    tmp_path: Path, faults: str, field: str, problem: str
+) -> None:
     path = tmp_path / "machine.yaml"
     path.write_text(FACTS_HEAD + faults + "\n")
     with pytest.raises(FactsError) as info:
@@ -232,7 +270,7 @@ def test_unservable_facts_are_rejected(tmp_path: Path) -> None:
     )
     with pytest.raises(FactsError, match=r"gpus\[0\]\.nvlinks\[0\]\.index: 40"):
         load_profile(str(path))
-    with pytest.raises(FactsError, match=r"<facts>: gpus\[0\]\.name: .*96"):
+    with pytest.raises(FactsError, match=r"<facts>: gpus\[0\]\.name: .*95-byte limit"):
         load_profile_from_facts(NodeFacts(gpus=(Gpu(0, "x" * 100, "GPU-1", "00000000:01:00.0"),)))
 
 
@@ -256,8 +294,12 @@ def test_library_exports_every_listed_call() -> None:
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm is not installed; the exported set was checked by name only")
-    out = subprocess.run([nm, "-D", "--defined-only", str(library_path())], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [nm, "-D", "--defined-only", str(library_path())],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     exported = {line.split()[-1] for line in out.splitlines() if line.split()[-2:-1] == ["T"]}
     assert {s for s in exported if s.startswith("nvml")} == set(EXPORTED_CALLS)
 
@@ -291,7 +333,11 @@ def test_absent_facts_leave_sysfs_files_out(tmp_path: Path) -> None:
 
 
 def test_one_simulation_at_a_time() -> None:
-    with simulate("t4-single"), pytest.raises(GfdError, match="already active"), simulate("t4-single"):
+    with (
+        simulate("t4-single"),
+        pytest.raises(GfdError, match="already active"),
+        simulate("t4-single"),
+    ):
         pass
     with simulate("t4-single"):  # the failed attempt released nothing it did not hold
         pass
@@ -311,7 +357,10 @@ def test_one_simulation_at_a_time() -> None:
         ("gfdsim-config 1\ngpu 0\n", "GPU 0 has no bus_id"),
         ("gfdsim-config 1\ngpu 0\nbus_id zz\n", "line 3: bus_id: 'zz' is not a PCI bus id"),
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nbrand x\n", "line 4: brand: 'x' is not"),
-        ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\ncompute_capability 8\n", "expected 2 numbers, got 1"),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\ncompute_capability 8\n",
+            "expected 2 numbers, got 1",
+        ),
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\ncpu_affinity 3-1\n", "not a cpulist"),
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nnvlink 36 1 - -\n", "not below 36"),
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nmig_name x\n", "comes before any 'mig' line"),
@@ -337,7 +386,7 @@ def test_library_rejects_malformed_machine_files(tmp_path: Path, text: str, prob
 
 
 def test_machine_file_renders_every_fact() -> None:
-    profile = load_profile("dgx-a100-mig")
+    profile = load_profile(MIG_PROFILE)
     text = render_machine_file(profile.facts, profile.faults)
     assert "pair 0 1 20\n" in text and "nvlink 11 1 00000000:C9:00.0 2\n" in text
     assert "mig_gi_profile 9 2 3 19968\n" in text and "mig_gi_profile 19 0 1 4864\n" in text
@@ -378,7 +427,46 @@ def test_a_bad_machine_file_from_the_environment_is_reported(tmp_path: Path) -> 
     env = {**os.environ, CONFIG_ENV: str(bad)}
     result = subprocess.run(
         [sys.executable, "-c", script, str(library_path())],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.stdout.split() == [str(NVML_ERROR_CODES["NVML_ERROR_UNKNOWN"])] * 2
     assert f"{bad}: line 2: unknown key 'bogus'" in result.stderr
+
+
+def test_command_line_prepares_a_machine_for_a_shell(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "gfd.sim", "t4-single", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith("export ")
+    )
+    assert exports[CONFIG_ENV] == str(tmp_path / "m" / "machine.conf")
+    assert exports["LD_LIBRARY_PATH"].split(os.pathsep)[0] == str(tmp_path / "m" / "lib")
+    assert (tmp_path / "m" / "sys/class/dmi/id/product_name").read_text() == "g4dn.xlarge\n"
+    missing = subprocess.run(
+        [sys.executable, "-m", "gfd.sim", "no-such-machine", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "no-such-machine" in missing.stderr
+
+
+def test_unreadable_profiles_name_the_file(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00gpus")
+    with pytest.raises(FactsError, match=re.escape(f"{binary}: not UTF-8 text")):
+        load_profile(str(binary))
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- 1\n- 2\n")
+    with pytest.raises(FactsError, match=re.escape(f"{listing}: expected a mapping")):
+        load_profile(str(listing))
