@@ -25,7 +25,6 @@ from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.sinks import Publication, Sink
 
-TOPOLOGY_ANNOTATION = "nvidia.com/gpu.topology"
 TIMESTAMP_KEY = "nvidia.com/gfd.timestamp"
 #: Relative jitter applied to each sleep, so a fleet started together spreads out.
 SLEEP_JITTER = 0.1
@@ -85,13 +84,13 @@ class Derived:
 def derive_topology(facts: NodeFacts) -> Derived:
     """Topology labels and the matrix annotation, from the C builder."""
     from gfd.labels.topology import topology_labels
-    from gfd.topology import build_topology, to_annotation
+    from gfd.topology import ANNOTATION_KEY, build_topology, to_annotation
 
     if not facts.gpus:
         return Derived(labels={}, annotations={})
     topology = build_topology(facts)
     return Derived(
-        labels=topology_labels(topology), annotations={TOPOLOGY_ANNOTATION: to_annotation(topology)}
+        labels=topology_labels(topology), annotations={ANNOTATION_KEY: to_annotation(topology)}
     )
 
 

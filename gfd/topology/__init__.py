@@ -1,9 +1,9 @@
-"""GPU topology: the GPUxGPU link matrix, NVLink domains and the interconnect summary.
+"""GPU topology: the GPU-by-GPU link matrix, NVLink domains and the interconnect summary.
 
-This package owns turning facts into a :class:`Topology` and rendering it. Two
-builders implement one contract: the C extension ``gfd.topology._builder`` (the
-default, and required: gfd is not installed without it, and a test fails when it
-is missing) and its pure-Python twin
+This package owns turning facts into a :class:`Topology` and rendering it (see
+``docs/topology.md``). Two builders implement one contract: the C extension
+``gfd.topology._builder`` (the default, and required: gfd is not installed without
+it, and a test fails when it is missing) and its pure-Python twin
 :mod:`gfd.topology.python_builder`. Both take the compact input made by
 :func:`gfd.topology.compact.topology_input`, so choosing one changes nothing but
 speed; the test suite runs every topology test against both.

@@ -205,7 +205,8 @@ static int fill_levels(unsigned char *plane, Py_ssize_t n, const unsigned char *
     table[LEVEL_NOT_REPORTED] = LEVEL_UNKNOWN;
     Py_ssize_t pair = 0;
     for (Py_ssize_t a = 0; a < n; a++) {
-        plane[a * n + a] = 0;
+        unsigned char *row = plane + a * n;
+        row[a] = 0;
         for (Py_ssize_t b = a + 1; b < n; b++, pair++) {
             unsigned char code = table[levels[pair]];
             if (code == LEVEL_INVALID) {
@@ -215,8 +216,21 @@ static int fill_levels(unsigned char *plane, Py_ssize_t n, const unsigned char *
                              a, b, (int)levels[pair]);
                 return -1;
             }
-            plane[a * n + b] = code;
-            plane[b * n + a] = code;
+            row[b] = code;
+        }
+    }
+    /* Mirror the upper triangle in small square tiles. Walking a whole column touches a
+     * new cache line per cell, and with a power-of-two row length those lines fall into
+     * the same few cache sets; 8x8 tiles measured fastest at 1024 GPUs. */
+    enum { TILE = 8 };
+    for (Py_ssize_t a0 = 0; a0 < n; a0 += TILE) {
+        Py_ssize_t a1 = a0 + TILE < n ? a0 + TILE : n;
+        for (Py_ssize_t b0 = a0; b0 < n; b0 += TILE) {
+            Py_ssize_t b1 = b0 + TILE < n ? b0 + TILE : n;
+            for (Py_ssize_t a = a0; a < a1; a++) {
+                for (Py_ssize_t b = (b0 > a + 1 ? b0 : a + 1); b < b1; b++)
+                    plane[b * n + a] = plane[a * n + b];
+            }
         }
     }
     return 0;

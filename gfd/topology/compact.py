@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from array import array
 from dataclasses import dataclass
+from typing import NoReturn
 
 from gfd.errors import TopologyError
 from gfd.facts import PCI_LEVELS, NodeFacts
@@ -141,20 +142,25 @@ def pair_offset(a: int, b: int, n: int) -> int:
 
 def _pair_levels(facts: NodeFacts, n: int) -> bytes:
     levels = bytearray([LEVEL_NOT_REPORTED]) * (n * (n - 1) // 2)
+    values = PCI_LEVELS
+    # The offset of (a, b) is row_start[a] + b: one list lookup instead of arithmetic per
+    # pair, which matters at 1024 GPUs (half a million pairs).
+    row_start = [a * (2 * n - a - 1) // 2 - a - 1 for a in range(n)]
     for pair in facts.pci_pairs:
         a, b = pair.a, pair.b
-        if not (0 <= a < b < n):
-            raise TopologyError(
-                f"PCI pair ({a}, {b}) does not name two GPU indices a < b below {n}"
-            )
-        value = PCI_LEVELS.get(pair.level)
-        if value is None:
-            raise TopologyError(
-                f"PCI pair ({a}, {b}): level {pair.level!r} is not one NVML returns "
-                f"({', '.join(PCI_LEVELS)})"
-            )
-        offset = pair_offset(a, b, n)
+        value = values.get(pair.level)
+        if value is None or not (0 <= a < b < n):
+            _raise_bad_pair(a, b, n, pair.level)
+        offset = row_start[a] + b
         if levels[offset] != LEVEL_NOT_REPORTED:
             raise TopologyError(f"PCI pair ({a}, {b}) is listed twice")
         levels[offset] = value
     return bytes(levels)
+
+
+def _raise_bad_pair(a: int, b: int, n: int, level: object) -> NoReturn:
+    if not (0 <= a < b < n):
+        raise TopologyError(f"PCI pair ({a}, {b}) does not name two GPU indices a < b below {n}")
+    raise TopologyError(
+        f"PCI pair ({a}, {b}): level {level!r} is not one NVML returns ({', '.join(PCI_LEVELS)})"
+    )

@@ -10,7 +10,7 @@ from gfd.facts import NodeFacts
 from gfd.labels.topology import topology_labels
 
 if TYPE_CHECKING:
-    from conftest import Build, MachineKit
+    from tests.topology.conftest import Build, MachineKit
 
 EXPECTED = {
     "dgx_a100": {

@@ -19,9 +19,8 @@ from gfd.topology import build_from_input, topology_input
 from gfd.topology.compact import REMOTE_GPU, REMOTE_SWITCH, TopologyInput
 
 if TYPE_CHECKING:
-    from conftest import Build, MachineKit
-
     from gfd.topology import Implementation
+    from tests.topology.conftest import Build, MachineKit
 
 
 def test_gpu_link_to_a_bus_id_that_names_no_gpu(build: Build, kit: MachineKit) -> None:

@@ -10,7 +10,7 @@ from gfd.facts import NodeFacts
 from gfd.topology import NvLinkDomain, TopologySummary
 
 if TYPE_CHECKING:
-    from conftest import Build, MachineKit
+    from tests.topology.conftest import Build, MachineKit
 
 
 def grid(text: str) -> list[list[str]]:

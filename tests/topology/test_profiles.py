@@ -16,7 +16,7 @@ from gfd.sim import BUNDLED_PROFILES, profile_path
 from gfd.topology import build_topology
 
 if TYPE_CHECKING:
-    from conftest import Build
+    from tests.topology.conftest import Build
 
 
 def profile_facts(name: str) -> NodeFacts:

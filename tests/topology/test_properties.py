@@ -14,6 +14,7 @@ import random
 from array import array
 from typing import Literal
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -25,9 +26,10 @@ from gfd.topology import Topology, build_from_input, build_topology, topology_to
 from gfd.topology.compact import TopologyInput
 from gfd.topology.model import LEVEL_NAMES
 
-PROPERTY_SETTINGS = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+# The default run stays under a couple of seconds per test; the slow-marked twins of each
+# property search much longer (run them with ``-m slow``, as CI does with the full suite).
+QUICK = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 Wiring = Literal["none", "p2p", "switched", "gb200", "mixed"]
 
 
@@ -172,9 +174,7 @@ def check_invariants(topology: Topology) -> None:
         assert any(nv_cells) and not all(nv_cells)
 
 
-@PROPERTY_SETTINGS
-@given(machines())
-def test_c_and_python_agree_on_random_machines(facts: NodeFacts) -> None:
+def builders_agree_on(facts: NodeFacts) -> None:
     c = build_topology(facts, implementation="c")
     python = build_topology(facts, implementation="python")
     assert c == python
@@ -185,6 +185,19 @@ def test_c_and_python_agree_on_random_machines(facts: NodeFacts) -> None:
         assert key.startswith("nvidia.com/gpu.")
         assert key_problem(key) is None, key
         assert value_problem(value) is None, (key, value)
+
+
+@QUICK
+@given(machines())
+def test_c_and_python_agree_on_random_machines(facts: NodeFacts) -> None:
+    builders_agree_on(facts)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(machines())
+def test_c_and_python_agree_on_many_random_machines(facts: NodeFacts) -> None:
+    builders_agree_on(facts)
 
 
 VALID_LEVELS = [0, 10, 20, 30, 40, 50, 255]
@@ -231,9 +244,7 @@ def compact_inputs(draw: st.DrawFn) -> TopologyInput:
     )
 
 
-@settings(max_examples=400, deadline=None)
-@given(compact_inputs())
-def test_c_and_python_agree_on_raw_compact_input(compact: TopologyInput) -> None:
+def builders_agree_on_raw(compact: TopologyInput) -> None:
     outcomes: list[Topology | str] = []
     for implementation in ("c", "python"):
         try:
@@ -242,3 +253,16 @@ def test_c_and_python_agree_on_raw_compact_input(compact: TopologyInput) -> None
             outcomes.append(str(error))
     event("built" if isinstance(outcomes[0], Topology) else "rejected")
     assert outcomes[0] == outcomes[1]
+
+
+@QUICK
+@given(compact_inputs())
+def test_c_and_python_agree_on_raw_compact_input(compact: TopologyInput) -> None:
+    builders_agree_on_raw(compact)
+
+
+@pytest.mark.slow
+@THOROUGH
+@given(compact_inputs())
+def test_c_and_python_agree_on_much_raw_compact_input(compact: TopologyInput) -> None:
+    builders_agree_on_raw(compact)

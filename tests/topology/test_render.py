@@ -18,7 +18,7 @@ from gfd.topology import (
 from gfd.topology.synthetic import generated_machine
 
 if TYPE_CHECKING:
-    from conftest import Build, MachineKit
+    from tests.topology.conftest import Build, MachineKit
 
 LEGEND = """
 Legend:

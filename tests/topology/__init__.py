@@ -1,0 +1,1 @@
+"""Tests of gfd.topology and the topology labels, run against both builders."""
