@@ -204,7 +204,9 @@ def _label_options(settings: Settings, *, with_timestamp: bool) -> Any:
     from gfd.labels import LabelOptions
 
     timestamp = int(time.time()) if with_timestamp and not settings.no_timestamp else None
-    return LabelOptions(timestamp=timestamp, mig_strategy=settings.mig_strategy)
+    return LabelOptions(
+        timestamp=timestamp, mig_strategy=settings.mig_strategy, sharing=settings.sharing
+    )
 
 
 def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:

@@ -215,7 +215,15 @@ def test_init_failure_then_recovery_without_restart(tmp_path: Path) -> None:
     """With --fail-on-init-error=false the agent retries with backoff (1 s, 2 s, ...) and labels once NVML is up."""
     output = tmp_path / "gfd"
     profile = profile_with_faults(tmp_path, "t4-single", "faults:\n  driver_not_loaded_inits: 2\n")
-    with running("--simulate", profile, "--sleep-interval", "60s", "--fail-on-init-error=false", "-o", str(output)) as process:
+    with running(
+        "--simulate",
+        profile,
+        "--sleep-interval",
+        "60s",
+        "--fail-on-init-error=false",
+        "-o",
+        str(output),
+    ) as process:
         assert wait_for(output.exists, timeout=30), "labels never appeared after NVML came up"
         assert process.poll() is None
         process.send_signal(signal.SIGTERM)
@@ -226,7 +234,9 @@ def test_init_failure_then_recovery_without_restart(tmp_path: Path) -> None:
 
 
 def test_oneshot_gpu_lost_mid_read_fails_cleanly(tmp_path: Path) -> None:
-    profile = profile_with_faults(tmp_path, "dgx-h100", "faults:\n  gpu_lost:\n  - {gpu: 3, after_calls: 2}\n")
+    profile = profile_with_faults(
+        tmp_path, "dgx-h100", "faults:\n  gpu_lost:\n  - {gpu: 3, after_calls: 2}\n"
+    )
     run = gfd("--simulate", profile, "--oneshot", "-o", str(tmp_path / "gfd"))
     assert run.returncode == 1
     assert "NVML_ERROR_GPU_IS_LOST" in run.stderr.strip().splitlines()[-1]

@@ -355,9 +355,7 @@ def _read_mig_device(
     name = _text(nv.required("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, mig))
     uuid = _text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
     memory = nv.required("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, mig)
-    gi_id = int(
-        nv.required("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig)
-    )
+    gi_id = int(nv.required("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig))
     ci_id = int(
         nv.required("nvmlDeviceGetComputeInstanceId", pynvml.nvmlDeviceGetComputeInstanceId, mig)
     )
