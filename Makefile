@@ -30,9 +30,15 @@ lint: $(STAMP)
 	$(BIN)/ruff check gfd tests bench
 	$(BIN)/ruff format --check gfd tests bench
 	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# Builds the container image with a local Docker engine (see docs/container.md);
+# on a machine with no image registry: BOOTSTRAP_BASE=1 make image
+image:
+	scripts/build-image.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info gfd/*/*.so

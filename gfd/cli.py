@@ -37,7 +37,7 @@ class UsageError(GfdError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise UsageError(message)
 
 
@@ -257,7 +257,7 @@ def command_run(
     log: Any,
 ) -> int:
     """Label once (``--oneshot``) or forever; SIGTERM/SIGINT stop, SIGHUP reloads the config."""
-    from gfd.agent import Agent, LoopControl, next_delay
+    from gfd.agent import Agent, LoopControl, Pacer
     from gfd.logs import configure_logging
 
     control = LoopControl()
@@ -275,7 +275,7 @@ def command_run(
                 telemetry=telemetry,
             )
             ever_succeeded = False
-            failures = 0
+            pacer = Pacer(settings.sleep_interval)
             while not control.stop.is_set():
                 outcome = agent.cycle()
                 ever_succeeded = ever_succeeded or outcome.ok
@@ -290,8 +290,7 @@ def command_run(
                         file=sys.stderr,
                     )
                     return EXIT_FAILED
-                failures = 0 if outcome.ok else failures + 1
-                control.sleep(next_delay(settings.sleep_interval, failures))
+                control.sleep(pacer.next_delay(outcome.ok))
                 if control.reload_requested and not control.stop.is_set():
                     control.reload_requested = False
                     try:
@@ -305,6 +304,7 @@ def command_run(
                     configure_logging(reloaded.log_level)
                     agent.close()
                     settings = reloaded
+                    pacer.sleep_interval = settings.sleep_interval
                     agent = Agent(
                         read_facts=read,
                         sinks=factory.build(settings, stdout),

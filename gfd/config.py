@@ -243,7 +243,7 @@ OPTIONS: tuple[Option, ...] = (
         ("GFD_METRICS_ADDRESS",),
         ("flags", "gfd", "metricsAddress"),
         "str",
-        "serve /metrics, /healthz and /readyz on HOST:PORT (empty: off)",
+        "serve /metrics, /healthz and /readyz on HOST:PORT, e.g. :8079 (empty: off)",
         metavar="HOST:PORT",
     ),
     Option(

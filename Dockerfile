@@ -1,0 +1,76 @@
+# gfd container image.
+#
+# Stage "build" compiles gfd's wheel (two C extensions, against nvml.h from the
+# nvidia-nvml-dev build requirement) and installs it with its runtime extras into a
+# virtual environment at /opt/gfd that has no pip or setuptools of its own. The final
+# stage is the same Debian base with only the Python interpreter added and that
+# environment copied in: no compiler, no headers, no pip. NVML is not in the image: the NVIDIA container runtime mounts the
+# node's libnvidia-ml.so.1 into the container (see docs/container.md).
+#
+# Build: scripts/build-image.sh (or: docker build -t gfd:TAG .). Where pip needs a
+# private CA bundle, pass it as a BuildKit secret, never as a file in the image:
+#   DOCKER_BUILDKIT=1 docker build --secret id=pipcert,src="$PIP_CERT" -t gfd:TAG .
+
+ARG BASE_IMAGE=debian:bookworm-slim
+
+FROM ${BASE_IMAGE} AS build
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+# Versions come from the pinned Debian release of the base image.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        ca-certificates gcc libc6-dev python3 python3-dev python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY . /src
+
+# The secret is optional: the same Dockerfile builds where no CA bundle is needed.
+RUN --mount=type=secret,id=pipcert \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && python3 -m venv /opt/build-venv \
+    && /opt/build-venv/bin/pip wheel --wheel-dir /wheels ".[kubernetes,metrics]" \
+    && python3 -m venv --without-pip /opt/gfd \
+    && /opt/build-venv/bin/pip --python /opt/gfd/bin/python install --no-index \
+        --find-links /wheels "gfd[kubernetes,metrics]" \
+    && /opt/gfd/bin/python -I -c "import gfd.topology._builder, gfd.sim, gfd.metrics"
+
+FROM ${BASE_IMAGE}
+
+LABEL org.opencontainers.image.title="gfd" \
+      org.opencontainers.image.description="GPU feature discovery for Kubernetes: NVML facts, GFD-compatible node labels, GPU topology" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --gid 65532 gfd \
+    && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin gfd
+
+COPY --from=build /opt/gfd /opt/gfd
+
+# The reference's command path, so manifests and GPU operators that run
+# /usr/bin/gpu-feature-discovery work unchanged.
+RUN ln -s /opt/gfd/bin/gfd /usr/bin/gfd \
+    && ln -s /opt/gfd/bin/gfd /usr/bin/gpu-feature-discovery
+
+# NVIDIA_*: ask the NVIDIA container runtime for every GPU and only the "utility"
+# driver capability (NVML and nvidia-smi; no CUDA). PYTHONDONTWRITEBYTECODE: the
+# root filesystem is read-only in the pod; the bytecode was compiled at install.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=utility \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+# Metrics, /healthz and /readyz (--metrics-address).
+EXPOSE 8079
+
+USER 65532:65532
+ENTRYPOINT ["gfd"]

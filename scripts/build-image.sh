@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Build gfd's container image: scripts/build-image.sh [IMAGE]   (default gfd:<version>)
+#
+# Uses the Dockerfile at the repository root, unchanged, with BuildKit. Environment:
+#   DOCKER       container engine client (default: Debian's /usr/bin/docker when present,
+#                since another docker earlier on PATH may insist on the buildx plugin)
+#   BASE_IMAGE   base of both stages (default debian:bookworm-slim)
+#   PIP_CERT     a CA bundle pip needs to reach the package index; passed as a BuildKit
+#                secret, never stored in the image
+#   BOOTSTRAP_BASE=1  when BASE_IMAGE is neither present nor pullable (no registry
+#                reachable), make it from Debian's packages with debootstrap (root only);
+#                BOOTSTRAP_SUITE picks the Debian release (default bookworm)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' gfd/__init__.py)
+image=${1:-gfd:${version}}
+base=${BASE_IMAGE:-debian:bookworm-slim}
+
+if [[ -z ${DOCKER:-} ]]; then
+    if [[ -x /usr/bin/docker ]]; then DOCKER=/usr/bin/docker; else DOCKER=$(command -v docker || true); fi
+fi
+if [[ -z $DOCKER ]]; then
+    echo "build-image: no container engine client (docker) found; install one (Debian: apt-get install docker.io)" >&2
+    exit 2
+fi
+if ! "$DOCKER" info >/dev/null 2>&1; then
+    echo "build-image: $DOCKER cannot reach a daemon; start it (e.g. dockerd &) and retry" >&2
+    exit 2
+fi
+
+debian_mirror() {
+    # The mirror this machine's apt already uses: deb822 sources first, then the
+    # one-line format.
+    local uri
+    uri=$(sed -n 's/^URIs:[[:space:]]*\([^[:space:]]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n 1)
+    if [[ -z $uri && -r /etc/apt/sources.list ]]; then
+        uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' /etc/apt/sources.list)
+    fi
+    [[ -n $uri ]] || { echo "build-image: no Debian mirror found in apt's sources" >&2; return 1; }
+    echo "$uri"
+}
+
+bootstrap_base() {
+    local suite=${BOOTSTRAP_SUITE:-bookworm}
+    command -v debootstrap >/dev/null || {
+        echo "build-image: $base is missing and debootstrap is not installed (apt-get install debootstrap)" >&2
+        exit 2
+    }
+    local rootfs mirror
+    mirror=$(debian_mirror)
+    rootfs=$(mktemp -d)
+    trap 'rm -rf "$rootfs"' RETURN
+    echo "build-image: making $base from Debian $suite packages ($mirror)"
+    debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >/dev/null
+    # apt inside the image must not keep the build host's package lists.
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
+    tar -C "$rootfs" -c . | "$DOCKER" import - "$base" >/dev/null
+}
+
+if ! "$DOCKER" image inspect "$base" >/dev/null 2>&1; then
+    if ! "$DOCKER" pull "$base" >/dev/null 2>&1; then
+        if [[ ${BOOTSTRAP_BASE:-0} == 1 ]]; then
+            bootstrap_base
+        else
+            echo "build-image: base image $base is not present and cannot be pulled;" \
+                "set BOOTSTRAP_BASE=1 to make it from Debian packages" >&2
+            exit 2
+        fi
+    fi
+fi
+
+build_args=(--build-arg "BASE_IMAGE=$base" --tag "$image")
+if [[ -n ${PIP_CERT:-} && -s $PIP_CERT ]]; then
+    build_args+=(--secret "id=pipcert,src=$PIP_CERT")
+fi
+if [[ -n ${DOCKER_BUILD_NETWORK:-} ]]; then
+    build_args+=(--network "$DOCKER_BUILD_NETWORK")
+fi
+
+echo "build-image: building $image on $base"
+DOCKER_BUILDKIT=1 "$DOCKER" build "${build_args[@]}" .
+echo "build-image: built $image"

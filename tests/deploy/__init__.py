@@ -1,0 +1,1 @@
+"""Tests of what ships: the container image, the kustomize deployment, the admission policies."""

@@ -1,0 +1,257 @@
+"""The admission policies in deploy/, evaluated two independent ways.
+
+No API server can run here, so the ValidatingAdmissionPolicies are checked by:
+
+* :class:`CelPolicy`: the policy's own CEL (matchConstraints, matchConditions,
+  variables, validations) run by ``cel-python``, with the API server's semantics:
+  a policy that does not match does not apply; a failed validation denies with its
+  message; an evaluation error denies (``failurePolicy: Fail``).
+* ``*_intent`` functions: the same rules written in plain Python from what the
+  policies are meant to do (own node only, keys under ``nvidia.com/`` only).
+
+The tests compare the two on hand-written and generated requests, and run both on
+the requests that gfd's real sinks sent to the API server emulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import celpy
+import celpy.celtypes
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
+
+NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+VENDOR_PREFIX = "nvidia.com/"
+NODEFEATURE_NODE_LABEL = "nfd.node.kubernetes.io/node-name"
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The parts of an admission review that the policies read."""
+
+    operation: str
+    group: str
+    resource: str
+    user: str
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+    extra: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``applies``: the policy matched the request; ``denials``: messages of failed rules."""
+
+    applies: bool
+    denials: tuple[str, ...] = ()
+    #: What the failed rules' messageExpressions said (CEL model only).
+    details: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def allowed(self) -> bool:
+        return not self.denials
+
+
+NOT_APPLICABLE = Verdict(applies=False)
+
+
+def service_account_user(namespace: str, name: str = "gfd") -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def _node_claim(request: AdmissionRequest) -> str | None:
+    values = list(request.extra.get(NODE_NAME_CLAIM, ()))
+    return values[0] if len(values) == 1 else None
+
+
+def _only_vendor_keys_changed(old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+    changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+    return all(key.startswith(VENDOR_PREFIX) for key in changed)
+
+
+def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+# Messages, as in the policies (the CEL twin reports the policy's own text).
+NODE_OPERATION = "gfd may update its node, never create or delete nodes"
+NODE_OWN = "gfd may change only the node it runs on (named in its pod-bound token)"
+NODE_LABELS = "gfd may add, change or remove only node labels under nvidia.com/"
+NODE_ANNOTATIONS = "gfd may add, change or remove only node annotations under nvidia.com/"
+NODE_OTHER_FIELDS = (
+    "gfd may change only node labels and annotations, never spec, finalizers or owners"
+)
+NODEFEATURE_IDENTITY = (
+    "gfd may write only the NodeFeature nvidia-features-for-<node> of its own node"
+)
+NODEFEATURE_LABELS = "gfd may publish only labels under nvidia.com/ in its NodeFeature"
+
+
+def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
+    """What gfd-node-labeler means: gfd's ServiceAccount may only update its own
+    node (the token's node-name claim), changing only nvidia.com/ labels and
+    annotations. Denials carry the policy's message for each broken rule."""
+    if (request.group, request.resource) != ("", "nodes"):
+        return NOT_APPLICABLE
+    if request.operation not in ("CREATE", "UPDATE", "DELETE"):
+        return NOT_APPLICABLE
+    if request.user != service_account_user(namespace):
+        return NOT_APPLICABLE
+    if request.operation != "UPDATE" or request.object is None or request.old_object is None:
+        return Verdict(True, (NODE_OPERATION,))
+    denials: list[str] = []
+    claim = _node_claim(request)
+    if claim is None or claim != _metadata(request.object).get("name"):
+        denials.append(NODE_OWN)
+    old_meta, new_meta = _metadata(request.old_object), _metadata(request.object)
+    if not _only_vendor_keys_changed(old_meta.get("labels") or {}, new_meta.get("labels") or {}):
+        denials.append(NODE_LABELS)
+    if not _only_vendor_keys_changed(
+        old_meta.get("annotations") or {}, new_meta.get("annotations") or {}
+    ):
+        denials.append(NODE_ANNOTATIONS)
+    # Every stored Node has a spec (the API server always serialises it); comparing a
+    # missing one is an evaluation error in CEL, hence a denial.
+    unchanged = (
+        "spec" in request.object
+        and "spec" in request.old_object
+        and request.object["spec"] == request.old_object["spec"]
+        and (new_meta.get("finalizers") or []) == (old_meta.get("finalizers") or [])
+        and (new_meta.get("ownerReferences") or []) == (old_meta.get("ownerReferences") or [])
+    )
+    if not unchanged:
+        denials.append(NODE_OTHER_FIELDS)
+    return Verdict(True, tuple(denials))
+
+
+def node_feature_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
+    """What gfd-node-feature-writer means: gfd's ServiceAccount may create or update
+    only ``nvidia-features-for-<its node>``, labelled with its node, publishing
+    only nvidia.com/ labels."""
+    if (request.group, request.resource) != ("nfd.k8s-sigs.io", "nodefeatures"):
+        return NOT_APPLICABLE
+    if request.operation not in ("CREATE", "UPDATE"):
+        return NOT_APPLICABLE
+    if request.user != service_account_user(namespace):
+        return NOT_APPLICABLE
+    denials: list[str] = []
+    claim = _node_claim(request)
+    metadata = _metadata(request.object)
+    if (
+        claim is None
+        or metadata.get("name") != f"nvidia-features-for-{claim}"
+        or (metadata.get("labels") or {}).get(NODEFEATURE_NODE_LABEL) != claim
+    ):
+        denials.append(NODEFEATURE_IDENTITY)
+    spec_labels = ((request.object or {}).get("spec") or {}).get("labels") or {}
+    if not all(key.startswith(VENDOR_PREFIX) for key in spec_labels):
+        denials.append(NODEFEATURE_LABELS)
+    return Verdict(True, tuple(denials))
+
+
+class CelPolicy:
+    """A rendered ValidatingAdmissionPolicy, evaluated by cel-python."""
+
+    def __init__(self, policy: Mapping[str, Any]) -> None:
+        self.name: str = policy["metadata"]["name"]
+        spec = policy["spec"]
+        if spec.get("failurePolicy", "Fail") != "Fail":
+            raise ValueError(f"{self.name}: this model implements failurePolicy Fail only")
+        self._rules = spec["matchConstraints"]["resourceRules"]
+        self._env = celpy.Environment()
+        self._conditions = [
+            (c["name"], self._compile(c["expression"])) for c in spec.get("matchConditions", [])
+        ]
+        self._variables = [
+            (v["name"], self._compile(v["expression"])) for v in spec.get("variables", [])
+        ]
+        self._validations = [
+            (
+                self._compile(v["expression"]),
+                v.get("message") or v["expression"],
+                self._compile(v["messageExpression"]) if "messageExpression" in v else None,
+            )
+            for v in spec["validations"]
+        ]
+
+    def _compile(self, expression: str) -> celpy.Runner:
+        return self._env.program(self._env.compile(expression))
+
+    def _matches(self, request: AdmissionRequest) -> bool:
+        for rule in self._rules:
+            groups, resources, operations = (
+                rule["apiGroups"],
+                rule["resources"],
+                rule["operations"],
+            )
+            if (
+                (request.group in groups or "*" in groups)
+                and (request.resource in resources or "*" in resources)
+                and (request.operation in operations or "*" in operations)
+            ):
+                return True
+        return False
+
+    def evaluate(self, request: AdmissionRequest) -> Verdict:
+        if not self._matches(request):
+            return NOT_APPLICABLE
+        activation: dict[str, Any] = {
+            "request": json_to_cel(
+                {
+                    "operation": request.operation,
+                    "userInfo": {
+                        "username": request.user,
+                        "extra": {k: list(v) for k, v in request.extra.items()},
+                    },
+                }
+            ),
+            "object": json_to_cel(_plain(request.object)),
+            "oldObject": json_to_cel(_plain(request.old_object)),
+        }
+        for name, condition in self._conditions:
+            result = _run(condition, activation)
+            if isinstance(result, CELEvalError):
+                # An erroring match condition fails the request under failurePolicy Fail.
+                return Verdict(True, (f"matchCondition {name}: {result}",))
+            if not _is_true(result):
+                return NOT_APPLICABLE
+        variables: dict[str, Any] = {}
+        activation["variables"] = variables
+        for name, program in self._variables:
+            # A variable that errors only matters if a validation reads it; CEL's
+            # error values propagate through the expressions that do.
+            variables[name] = _run(program, {**activation, "variables": _cel_map(variables)})
+        activation["variables"] = _cel_map(variables)
+        denials: list[str] = []
+        details: list[str] = []
+        for program, message, message_program in self._validations:
+            if not _is_true(_run(program, activation)):
+                denials.append(message)
+                if message_program is not None:
+                    detail = _run(message_program, activation)
+                    if isinstance(detail, str):
+                        details.append(str(detail))
+        return Verdict(True, tuple(denials), tuple(details))
+
+
+def _cel_map(values: Mapping[str, Any]) -> celpy.celtypes.MapType:
+    return celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in values.items()})
+
+
+def _run(program: celpy.Runner, activation: Mapping[str, Any]) -> Any:
+    try:
+        return program.evaluate(dict(activation))
+    except CELEvalError as error:
+        return error
+
+
+def _is_true(result: Any) -> bool:
+    return isinstance(result, celpy.celtypes.BoolType) and bool(result)
+
+
+def _plain(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if obj is None else dict(obj)

@@ -1,0 +1,97 @@
+"""Rendering deploy/ with ``kubectl kustomize`` and finding things in what it renders.
+
+Shared by the deployment tests. Rendering is cached per overlay for the session:
+the manifests do not change while the tests run.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEPLOY_DIR = REPO_ROOT / "deploy"
+OVERLAYS = ("standalone", "nfd", "node-feature-api", "oneshot-job", "vgpu")
+#: Kubernetes minor versions whose schemas every rendered object must pass. 1.30 is
+#: the floor: ValidatingAdmissionPolicy v1 and the node-name claim in bound
+#: ServiceAccount tokens both arrive in 1.30.
+SUPPORTED_KUBERNETES = ("1.30", "1.31", "1.32", "1.33")
+NAMESPACE = "gpu-feature-discovery"
+WORKLOAD_KINDS = ("DaemonSet", "Job")
+
+Manifest = dict[str, Any]
+
+
+def kubectl() -> str:
+    """Path of kubectl, or skip the calling test with the reason."""
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.skip("kubectl is not installed: cannot render deploy/ with kubectl kustomize")
+    return found
+
+
+def render_directory(directory: Path) -> list[Manifest]:
+    """``kubectl kustomize DIRECTORY``, parsed; fails the test with kubectl's message."""
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"kubectl kustomize {directory} failed:\n{result.stderr}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc is not None]
+
+
+@functools.cache
+def _render_cached(overlay: str) -> tuple[Manifest, ...]:
+    return tuple(render_directory(DEPLOY_DIR / "overlays" / overlay))
+
+
+def render(overlay: str) -> list[Manifest]:
+    """The objects of ``deploy/overlays/OVERLAY`` (a fresh copy each call)."""
+    return [yaml.safe_load(yaml.safe_dump(doc)) for doc in _render_cached(overlay)]
+
+
+def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
+    return [
+        obj
+        for obj in objects
+        if obj["kind"] == kind and (name is None or obj["metadata"]["name"] == name)
+    ]
+
+
+def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def workload(objects: list[Manifest]) -> Manifest:
+    """The overlay's single DaemonSet or Job."""
+    found = [obj for obj in objects if obj["kind"] in WORKLOAD_KINDS]
+    assert len(found) == 1, f"expected one DaemonSet or Job, found {len(found)}"
+    return found[0]
+
+
+def pod_spec(obj: Mapping[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return spec
+
+
+def containers(obj: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    spec = pod_spec(obj)
+    yield from spec.get("initContainers", [])
+    yield from spec["containers"]
+
+
+def args_of(obj: Mapping[str, Any]) -> list[str]:
+    return list(pod_spec(obj)["containers"][0].get("args", []))

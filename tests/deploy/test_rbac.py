@@ -1,0 +1,115 @@
+"""Least privilege per overlay: exactly the API access its sink needs, bound to gfd's
+ServiceAccount, and an admission policy wherever RBAC alone grants too much."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.deploy.manifests import NAMESPACE, OVERLAYS, args_of, find, render, workload
+
+#: (kind of role, API group, resource, verbs) each overlay must grant, and nothing else.
+NODE_SINK = {("ClusterRole", "", "nodes", frozenset({"get", "patch"}))}
+NODE_FEATURE_SINK = {
+    ("Role", "nfd.k8s-sigs.io", "nodefeatures", frozenset({"get", "create", "update"})),
+    ("Role", "", "pods", frozenset({"get"})),
+}
+EXPECTED_GRANTS: dict[str, set[tuple[str, str, str, frozenset[str]]]] = {
+    "standalone": NODE_SINK,
+    "nfd": set(),
+    "node-feature-api": NODE_FEATURE_SINK,
+    "oneshot-job": NODE_SINK,
+    "vgpu": NODE_SINK,
+}
+EXPECTED_POLICIES = {
+    "standalone": {"gfd-node-labeler"},
+    "nfd": set(),
+    "node-feature-api": {"gfd-node-feature-writer"},
+    "oneshot-job": {"gfd-node-labeler"},
+    "vgpu": {"gfd-node-labeler"},
+}
+
+
+def grants(objects: list[dict[str, Any]]) -> set[tuple[str, str, str, frozenset[str]]]:
+    found = set()
+    for role in find(objects, "ClusterRole") + find(objects, "Role"):
+        for rule in role["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    found.add((role["kind"], group, resource, frozenset(rule["verbs"])))
+    return found
+
+
+def test_every_overlay_has_an_expectation() -> None:
+    assert set(EXPECTED_GRANTS) == set(OVERLAYS) == set(EXPECTED_POLICIES)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_grants_are_exactly_what_the_sink_needs(overlay: str) -> None:
+    assert grants(render(overlay)) == EXPECTED_GRANTS[overlay]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_wildcards_anywhere(overlay: str) -> None:
+    for role in find(render(overlay), "ClusterRole") + find(render(overlay), "Role"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: {field}"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_role_is_bound_to_gfd_only(overlay: str) -> None:
+    objects = render(overlay)
+    roles = {(r["kind"], r["metadata"]["name"]) for r in find(objects, "ClusterRole")}
+    roles |= {(r["kind"], r["metadata"]["name"]) for r in find(objects, "Role")}
+    bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
+    bound = set()
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gfd", "namespace": NAMESPACE}
+        ]
+        ref = binding["roleRef"]
+        bound.add((ref["kind"], ref["name"]))
+        # A RoleBinding may reference only a Role of its own namespace, never a ClusterRole
+        # (that would still grant cluster-wide verbs inside the namespace).
+        if binding["kind"] == "RoleBinding":
+            assert ref["kind"] == "Role"
+    assert bound == roles
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_sink_flags_match_the_grants(overlay: str) -> None:
+    objects = render(overlay)
+    args = args_of(workload(objects))
+    resources = {resource for _, _, resource, _ in grants(objects)}
+    assert ("--patch-node" in args) == ("nodes" in resources)
+    assert ("--use-node-feature-api" in args) == ("nodefeatures" in resources)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_admission_policies_where_rbac_is_too_broad(overlay: str) -> None:
+    objects = render(overlay)
+    policies = {p["metadata"]["name"] for p in find(objects, "ValidatingAdmissionPolicy")}
+    assert policies == EXPECTED_POLICIES[overlay]
+    bindings = find(objects, "ValidatingAdmissionPolicyBinding")
+    assert {b["spec"]["policyName"] for b in bindings} == policies
+    for binding in bindings:
+        assert binding["spec"]["validationActions"] == ["Deny"]
+    for policy in find(objects, "ValidatingAdmissionPolicy"):
+        assert policy["spec"]["failurePolicy"] == "Fail"
+
+
+def test_emulator_grants_what_the_manifests_grant() -> None:
+    # The API server emulator authorises gfd with a rule set of its own; it must be
+    # the union of what the overlays grant, or sink tests would pass against
+    # permissions no cluster gives.
+    server = pytest.importorskip("tests.emulator.server")
+    manifests = {
+        (verb, resource)
+        for overlay in OVERLAYS
+        for _, _, resource, verbs in grants(render(overlay))
+        for verb in verbs
+    }
+    assert manifests == set(server.GFD_RULES)
