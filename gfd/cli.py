@@ -219,6 +219,8 @@ def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
     label_set, _ = compute_labels(facts, _label_options(settings, with_timestamp=False))
     for key, why in label_set.dropped:
         log.warning("label dropped: not valid for Kubernetes", key=key, problem=why)
+    for key, why in label_set.withheld:
+        log.warning("label withheld: its facts could not be read", key=key, reason=why)
     stdout.write(render_labels(label_set.labels))
     return EXIT_OK
 

@@ -23,7 +23,6 @@ def configure_logging(
     level: str = "info", *, stream: TextIO | None = None, json: bool | None = None
 ) -> None:
     """Configure structlog once per process (again on reload: the level may change)."""
-    out = stream if stream is not None else sys.stderr
     as_json = (not sys.stdout.isatty()) if json is None else json
     renderer: Any = (
         structlog.processors.JSONRenderer(sort_keys=True)
@@ -38,9 +37,27 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=lambda *_args: _LineLogger(stream),
         cache_logger_on_first_use=False,
     )
+
+
+class _LineLogger:
+    """Writes each rendered event as one line to ``stream``, or to ``sys.stderr`` as it is *now*.
+
+    Looking stderr up per line (rather than once at configuration) keeps logging working
+    when the process swaps its streams, as test runners do.
+    """
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self._stream = stream
+
+    def msg(self, message: str) -> None:
+        out = self._stream if self._stream is not None else sys.stderr
+        out.write(message + "\n")
+        out.flush()
+
+    debug = info = warning = warn = error = critical = exception = fatal = log = msg
 
 
 def get_logger(**context: Any) -> Any:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from gfd.agent import NullTelemetry
 from gfd.errors import (
     ConfigError,
     GfdError,
@@ -149,20 +150,8 @@ class Telemetry(Protocol):
         ...
 
 
-class DisabledTelemetry:
+class DisabledTelemetry(NullTelemetry):
     """The null telemetry for runs without metrics: records nothing, always healthy."""
-
-    def cycle_started(self) -> None:
-        return None
-
-    def cycle_succeeded(self, duration: float, labels_published: int) -> None:
-        return None
-
-    def cycle_failed(self, kind: str, duration: float) -> None:
-        return None
-
-    def nvml_up(self, up: bool) -> None:
-        return None
 
     def liveness(self) -> Health:
         return Health(True, "metrics are disabled")

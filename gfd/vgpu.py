@@ -9,21 +9,17 @@ ASCII bytes each.
 
 The kernel hands unprivileged readers only the first 64 bytes of
 ``/sys/bus/pci/devices/<addr>/config``, where no capability list fits. Then
-nothing can be said about vGPU: :func:`read_vgpu` returns no facts, logs that
-once per sysfs root, and the cycle goes on.
+nothing can be said about vGPU: :func:`read_vgpu` returns no facts (never an
+error), the vGPU labeler publishes nothing and reports the labels as withheld,
+and the cycle goes on.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
 from gfd.facts import VgpuInfo
-
-log = structlog.get_logger("gfd.vgpu")
 
 NVIDIA_VENDOR_ID = 0x10DE
 #: Bytes of standard PCI config space; a shorter read is a truncated (unprivileged) one.
@@ -168,39 +164,14 @@ def vgpu_from_functions(functions: list[PciFunction]) -> VgpuInfo:
     return VgpuInfo(present=present)
 
 
-class _WarnOnce:
-    """Remembers which sysfs roots were already reported unreadable, so each is logged once."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: set[str] = set()
-
-    def first_time(self, key: str) -> bool:
-        with self._lock:
-            if key in self._seen:
-                return False
-            self._seen.add(key)
-            return True
-
-
-_unreadable_reported = _WarnOnce()
-
-
 def read_vgpu(sysfs_root: Path) -> VgpuInfo | None:
     """vGPU facts of the node, or None when there are no NVIDIA GPUs or config space is unreadable.
 
-    An unreadable config space is logged once per sysfs root (it does not change while
-    the pod runs), never raised: vGPU labels are optional.
+    Never raises: vGPU labels are optional, and an unprivileged pod must still label.
     """
     try:
         functions = nvidia_display_functions(sysfs_root)
-    except UnreadableConfig as exc:
-        if _unreadable_reported.first_time(str(sysfs_root)):
-            log.warning(
-                "vGPU detection skipped: PCI config space unreadable; no vGPU labels "
-                "(run privileged or with CAP_SYS_ADMIN to enable them)",
-                problem=str(exc),
-            )
+    except UnreadableConfig:
         return None
     if not functions:
         return None

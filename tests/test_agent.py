@@ -148,7 +148,7 @@ def test_invalid_label_is_dropped_and_warned_once() -> None:
     )
     agent.cycle()
     agent.cycle()
-    warnings = [e for e in log.events if e[0] == "warning"]
+    warnings = [e for e in log.events if e[0] == "warning" and e[1].startswith("label dropped")]
     assert {w[2]["key"] for w in warnings} == {
         "nvidia.com/cuda.driver-version.minor",
         "nvidia.com/cuda.driver-version.full",
@@ -189,3 +189,12 @@ def test_loop_control_reload_wakes_once() -> None:
     control.sleep(30)
     assert control.reload_requested
     assert not control.wake.is_set()
+
+
+def test_withheld_label_is_warned_once() -> None:
+    log = Log()
+    agent = Agent(read_facts=scripted(GOOD), sinks=[RecordingSink()], options=LabelOptions(), log=log, derive=no_topology)
+    agent.cycle()
+    agent.cycle()
+    withheld = [e for e in log.events if e[1].startswith("label withheld")]
+    assert [w[2]["key"] for w in withheld] == ["nvidia.com/vgpu.present"]

@@ -37,6 +37,7 @@ H100_LABELS = {
     f"{P}gpu.family": "hopper",
     f"{P}gpu.mode": "compute",
     f"{P}mig.capable": "true",
+    f"{P}mps.capable": "false",
 }
 
 

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gfd.config import Sharing
 from gfd.facts import Gpu, NodeFacts
 from gfd.labels.rules import sanitise_value
+from gfd.labels.sharing import (
+    FULL_GPU_RESOURCE,
+    MIG_ENABLED_FULL_GPU,
+    Replication,
+    replication_for,
+)
 
 PREFIX = "nvidia.com/"
 MIB = 1 << 20
@@ -95,16 +102,27 @@ def models_by_count(gpus: Sequence[Gpu]) -> list[list[Gpu]]:
     return sorted(groups.values(), key=lambda group: (-len(group), group[0].index))
 
 
-def full_gpu_labels(gpus: Sequence[Gpu]) -> dict[str, str]:
+def full_gpu_replication(gpus: Sequence[Gpu], sharing: Sharing | None) -> Replication:
+    """How the full GPUs of one model are handed out.
+
+    MIG-enabled GPUs labelled as full GPUs cannot be handed out whole (replicas 0, no
+    sharing); as in the reference, one MIG-disabled GPU of the model is enough for the
+    configured sharing (replicas 1 without sharing).
+    """
+    if all(g.mig_mode_current for g in gpus):
+        return MIG_ENABLED_FULL_GPU
+    return replication_for(sharing, FULL_GPU_RESOURCE)
+
+
+def full_gpu_labels(gpus: Sequence[Gpu], sharing: Sharing | None = None) -> dict[str, str]:
     """``gpu.product``/``count``/``replicas``/``memory``/``compute.*``/``family`` of one model."""
     first = gpus[0]
+    replication = full_gpu_replication(gpus, sharing)
     labels = {
-        f"{PREFIX}gpu.product": sanitise_value(first.name),
+        f"{PREFIX}gpu.product": replication.product(sanitise_value(first.name)),
         f"{PREFIX}gpu.count": str(len(gpus)),
-        # MIG-enabled GPUs labelled as full GPUs cannot be handed out whole; as in the
-        # reference, one MIG-disabled GPU of the model is enough for replicas 1.
-        f"{PREFIX}gpu.replicas": "0" if all(g.mig_mode_current for g in gpus) else "1",
-        f"{PREFIX}gpu.sharing-strategy": "none",
+        f"{PREFIX}gpu.replicas": str(replication.replicas),
+        f"{PREFIX}gpu.sharing-strategy": replication.strategy,
     }
     if first.memory_total_bytes:
         labels[f"{PREFIX}gpu.memory"] = str(first.memory_total_bytes // MIB)
@@ -116,10 +134,10 @@ def full_gpu_labels(gpus: Sequence[Gpu]) -> dict[str, str]:
     return labels
 
 
-def product_labels(facts: NodeFacts) -> dict[str, str]:
+def product_labels(facts: NodeFacts, sharing: Sharing | None = None) -> dict[str, str]:
     """Full-GPU labels of the node's labelled model (see :func:`models_by_count`)."""
     groups = models_by_count(facts.gpus)
-    return full_gpu_labels(groups[0]) if groups else {}
+    return full_gpu_labels(groups[0], sharing) if groups else {}
 
 
 def gpu_mode_labels(facts: NodeFacts) -> dict[str, str]:

@@ -17,8 +17,10 @@ from gfd.facts import (
     Gpu,
     MigDevice,
     NodeFacts,
+    VgpuInfo,
 )
 from gfd.sim.faults import Faults
+from gfd.vgpu import DISPLAY_BASE_CLASS, HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 
 MAGIC = "gfdsim-config 1"
 
@@ -84,6 +86,8 @@ def check_servable(facts: NodeFacts, source: str) -> None:
         "\n" in facts.machine_type or "\0" in facts.machine_type
     ):
         raise FactsError(source, "machine_type", "must be one line of text")
+    if facts.vgpu is not None:
+        _check_vgpu(facts, facts.vgpu, source)
     for i, gpu in enumerate(facts.gpus):
         where = f"gpus[{i}]"
         _check_text(gpu.name, NAME_BUFFER, source, f"{where}.name")
@@ -177,6 +181,42 @@ def check_servable(facts: NodeFacts, source: str) -> None:
                 limit = 2**64 if name == "memory_total_bytes" else 2**32
                 if not 0 <= value < limit:
                     raise FactsError(source, f"{mwhere}.{name}", f"{value} is out of range")
+
+
+def _check_vgpu(facts: NodeFacts, vgpu: VgpuInfo, source: str) -> None:
+    """vGPU facts must fit the capability record the GPUs' config space carries."""
+    if not any(
+        g.pci_class is not None and g.pci_class >> 16 == DISPLAY_BASE_CLASS for g in facts.gpus
+    ):
+        raise FactsError(
+            source,
+            "vgpu",
+            "vGPU facts need a GPU with a display pci_class (0x03xxxx) to carry them",
+        )
+    driver = (vgpu.host_driver_version, vgpu.host_driver_branch)
+    if not vgpu.present and driver != (None, None):
+        raise FactsError(
+            source, "vgpu", "a host driver is reported only in a vGPU guest (present: true)"
+        )
+    if vgpu.host_driver_version is None and vgpu.host_driver_branch is not None:
+        raise FactsError(
+            source, "vgpu.host_driver_branch", "needs host_driver_version (one record holds both)"
+        )
+    lengths = {
+        "host_driver_version": HOST_DRIVER_VERSION_LENGTH,
+        "host_driver_branch": HOST_DRIVER_BRANCH_LENGTH,
+    }
+    for (name, length), value in zip(lengths.items(), driver, strict=True):
+        if value is None:
+            continue
+        if not value.isascii() or not value.isprintable():
+            raise FactsError(source, f"vgpu.{name}", f"{value!r} must be printable ASCII")
+        if not 1 <= len(value) <= length:
+            raise FactsError(
+                source,
+                f"vgpu.{name}",
+                f"{value!r} must be 1 to {length} characters (the record's field)",
+            )
 
 
 def _check_text(value: str, buffer: int, source: str, path: str) -> None:

@@ -1,9 +1,10 @@
 """The fake sysfs tree a simulated machine comes with.
 
-NVML does not report everything gfd reads: the PCI class, the PCI NUMA node and
-the local CPU list come from ``/sys/bus/pci/devices/<bus id>/`` and the machine
-type from ``/sys/class/dmi/id/product_name``. This module writes those files
-under a root directory, in the forms the kernel uses, from the facts.
+NVML does not report everything gfd reads: the PCI class, the PCI NUMA node, the
+local CPU list and the PCI config space (vGPU detection) come from
+``/sys/bus/pci/devices/<bus id>/`` and the machine type from
+``/sys/class/dmi/id/product_name``. This module writes those files under a root
+directory, in the forms the kernel uses, from the facts.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gfd.facts import NodeFacts
+from gfd.sim.pci_config import config_space
 
 PCI_DEVICES = Path("bus") / "pci" / "devices"
 DMI_PRODUCT_NAME = Path("class") / "dmi" / "id" / "product_name"
@@ -28,7 +30,9 @@ def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
 
     Absent facts leave files out (``pci_class`` None: no ``class`` file; ``cpu_affinity``
     None: no ``local_cpulist``; ``machine_type`` None: no DMI file). A GPU without a
-    NUMA node reads ``-1``, as the kernel writes on machines without NUMA.
+    NUMA node reads ``-1``, as the kernel writes on machines without NUMA. ``config``
+    holds 256 bytes of config space with the vGPU capability when ``facts.vgpu`` is set,
+    else the 64 bytes the kernel gives an unprivileged reader.
     """
     for gpu in facts.gpus:
         device = root / PCI_DEVICES / sysfs_bus_id(gpu.bus_id)
@@ -42,6 +46,9 @@ def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
         (device / "numa_node").write_text(f"{numa}\n", encoding="ascii")
         if gpu.cpu_affinity is not None:
             (device / "local_cpulist").write_text(f"{gpu.cpu_affinity}\n", encoding="ascii")
+        device_id = gpu.pci_device_id >> 16 if gpu.pci_device_id is not None else 0
+        config = config_space(device_id, gpu.pci_class or 0, facts.vgpu)
+        (device / "config").write_bytes(config)
     machine_type_file = root / DMI_PRODUCT_NAME
     machine_type_file.parent.mkdir(parents=True, exist_ok=True)
     if facts.machine_type is not None:

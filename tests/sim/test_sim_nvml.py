@@ -16,8 +16,8 @@ from gfd.facts import FabricInfo, Gpu, MigDevice, NodeFacts, NvLink, PciPair, cp
 from gfd.sim import SimulationProfile, load_profile, simulate
 
 MIB = 2**20
-#: The dgx-a100 profile with MIG enabled in a mixed layout (not bundled: the reader
-#: does not read MIG devices yet, and every bundled profile must round-trip).
+#: The dgx-a100 profile with MIG enabled in a mixed layout (a test fixture; the bundled
+#: dgx-a100-mig-* profiles are other layouts).
 MIG_PROFILE = str(Path(__file__).parent / "fixtures" / "dgx-a100-mig.yaml")
 
 

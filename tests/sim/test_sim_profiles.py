@@ -40,6 +40,11 @@ REQUIRED_PROFILES = {
     "k80-pcie-tree",
     "t4-single",
     "mixed-a100-h100",
+    "dgx-a100-mig-single",
+    "dgx-a100-mig-mixed",
+    "hgx-h200-mig",
+    "gb200-nvl4",
+    "gb200-nvl4-fabric-broken",
 }
 #: Name → (memory MiB, compute capability) as NVML reports them on real hardware.
 REAL_GPUS = {
@@ -53,6 +58,7 @@ REAL_GPUS = {
     "NVIDIA GeForce RTX 4090": (24564, (8, 9)),
     "Tesla T4": (15360, (7, 5)),
     "Tesla K80": (11441, (3, 7)),
+    "NVIDIA GB200": (189471, (10, 0)),
 }
 
 
@@ -81,11 +87,12 @@ def test_bundled_profile_is_a_complete_real_machine(name: str) -> None:
         assert gpu.pci_class in (0x030200, 0x030000)
         assert gpu.cpu_affinity is not None
         mig_capable = (
-            gpu.compute_major in (8, 9) and "GeForce" not in gpu.name and "L4" not in gpu.name
+            gpu.compute_major in (8, 9, 10) and "GeForce" not in gpu.name and "L4" not in gpu.name
         )
         assert (gpu.mig_mode_current is not None) == mig_capable, gpu.name
-        # Hopper reports fabric info where an NVLink fabric exists (not on PCIe cards).
-        assert (gpu.fabric is not None) == (gpu.compute_major == 9 and bool(gpu.nvlinks))
+        # Hopper and Blackwell report fabric info where an NVLink fabric exists (not on PCIe
+        # cards).
+        assert (gpu.fabric is not None) == (gpu.compute_major in (9, 10) and bool(gpu.nvlinks))
         assert (gpu.nvlink_version is not None) == bool(gpu.nvlinks)
 
 
@@ -314,6 +321,7 @@ def test_sysfs_tree_and_cleanup(tmp_path: Path) -> None:
         assert (device / "local_cpulist").read_text() == "80-95,208-223\n"
         assert (device / "vendor").read_text() == "0x10de\n"
         assert (device / "device").read_text() == "0x20b0\n"
+        assert (device / "config").read_bytes()[:4] == bytes([0xDE, 0x10, 0xB0, 0x20])
         assert machine.machine_type_file == root / "class/dmi/id/product_name"
         assert machine.machine_type_file.read_text() == "DGXA100 920-23687-2530-000\n"
         assert len(list((root / "bus/pci/devices").iterdir())) == 8
@@ -327,8 +335,10 @@ def test_absent_facts_leave_sysfs_files_out(tmp_path: Path) -> None:
     facts = NodeFacts(gpus=(Gpu(0, "Tesla T4", "GPU-1", "00000001:0A:00.0"),))
     with simulate(facts, workdir=tmp_path) as machine:
         device = machine.sysfs_root / "bus/pci/devices/0001:0a:00.0"
-        assert sorted(p.name for p in device.iterdir()) == ["numa_node", "vendor"]
+        assert sorted(p.name for p in device.iterdir()) == ["config", "numa_node", "vendor"]
         assert (device / "numa_node").read_text() == "-1\n"
+        # Without vGPU facts: what the kernel gives an unprivileged reader.
+        assert len((device / "config").read_bytes()) == 64
         assert not machine.machine_type_file.exists()
 
 
