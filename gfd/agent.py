@@ -6,9 +6,10 @@ A cycle reads facts, derives the topology and the labels, and hands one
 sink keeps the last good labels rather than a wrong or partial set. A failing sink
 does not stop the others.
 
-The loop sleeps ``sleep_interval`` with a small jitter between cycles, retries a
-failed cycle sooner with exponential backoff, and wakes at once for a stop
-(SIGTERM/SIGINT) or a reload (SIGHUP) request.
+The loop sleeps ``sleep_interval`` with a small jitter between cycles (the first
+sleep spread over a whole interval, so a fleet started together falls out of step:
+:class:`Pacer`), retries a failed cycle sooner with exponential backoff, and wakes at
+once for a stop (SIGTERM/SIGINT) or a reload (SIGHUP) request.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gfd.errors import GfdError, NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
+from gfd.errors import ConfigError, GfdError, NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
 from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.sinks import Publication, Sink
@@ -28,6 +29,9 @@ from gfd.sinks import Publication, Sink
 TIMESTAMP_KEY = "nvidia.com/gfd.timestamp"
 #: Relative jitter applied to each sleep, so a fleet started together spreads out.
 SLEEP_JITTER = 0.1
+#: Half-width of the spread of the first sleep after a (re)start of good cycles, as a
+#: fraction of the interval: one whole interval wide (see :class:`Pacer`).
+PHASE_SPREAD = 0.5
 #: First retry delay after a failed cycle; doubles up to the sleep interval.
 RETRY_INITIAL_SECONDS = 1.0
 _JITTER = random.Random()
@@ -129,7 +133,7 @@ class Agent:
         self._telemetry: Telemetry = telemetry if telemetry is not None else NullTelemetry()
         self._derive = derive
         self._monotonic = monotonic
-        self._warned_drops: set[str] = set()
+        self._warned: set[tuple[str, str]] = set()
 
     def cycle(self) -> CycleOutcome:
         """Read, label, publish once."""
@@ -174,6 +178,11 @@ class Agent:
         self._telemetry.nvml_up(True)
         try:
             label_set, annotations = compute_labels(facts, self.options, derive=self._derive)
+        except ConfigError as exc:
+            # The facts contradict the configuration (e.g. MPS sharing on a MIG-enabled GPU).
+            return CycleOutcome(
+                ok=False, reason=f"{exc}; keeping the last published labels", kind="config"
+            )
         except GfdError as exc:
             return CycleOutcome(
                 ok=False, reason=f"{exc}; keeping the last published labels", kind="topology"
@@ -213,10 +222,15 @@ class Agent:
         return CycleOutcome(ok=True, labels=publication.labels, wrote=tuple(wrote))
 
     def _report_drops(self, label_set: LabelSet) -> None:
+        """Warn once per key about labels dropped as invalid or withheld for unreadable facts."""
         for key, why in label_set.dropped:
-            if key not in self._warned_drops:
-                self._warned_drops.add(key)
+            if ("dropped", key) not in self._warned:
+                self._warned.add(("dropped", key))
                 self._log.warning("label dropped: not valid for Kubernetes", key=key, problem=why)
+        for key, why in label_set.withheld:
+            if ("withheld", key) not in self._warned:
+                self._warned.add(("withheld", key))
+                self._log.warning("label withheld: its facts could not be read", key=key, reason=why)
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -245,6 +259,38 @@ class LoopControl:
         self.wake.clear()
         if self.stop.is_set():
             self.wake.set()
+
+
+class Pacer:
+    """When the loop runs its next cycle, given how the last one went.
+
+    After a success the loop sleeps the interval with :data:`SLEEP_JITTER`; after a
+    failure it backs off (:func:`next_delay`). Agents that cycled in step, because a
+    fleet was started together or an API server outage ended for all of them at once,
+    would stay in step under a 10 % jitter for dozens of intervals: the API server
+    would see the whole fleet every interval within a fraction of it. So the first
+    sleep after the first success, and after the first success that ends a run of
+    failures, is drawn from the whole range ``interval × [1 - PHASE_SPREAD, 1 + PHASE_SPREAD)``,
+    which spreads the fleet evenly over one interval; the mean period is unchanged.
+    """
+
+    def __init__(self, sleep_interval: float | None, *, rng: random.Random | None = None) -> None:
+        self.sleep_interval = sleep_interval
+        self._rng = rng if rng is not None else _JITTER
+        self._failures = 0
+        self._in_phase = False
+
+    def next_delay(self, ok: bool) -> float | None:
+        """Seconds to sleep after a cycle that succeeded (``ok``) or failed; None: forever."""
+        if not ok:
+            self._failures += 1
+            self._in_phase = False
+            return next_delay(self.sleep_interval, self._failures, rng=self._rng)
+        self._failures = 0
+        if self.sleep_interval is not None and not self._in_phase:
+            self._in_phase = True
+            return self.sleep_interval * (1 + self._rng.uniform(-PHASE_SPREAD, PHASE_SPREAD))
+        return next_delay(self.sleep_interval, 0, rng=self._rng)
 
 
 def next_delay(

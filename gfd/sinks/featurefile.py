@@ -70,6 +70,7 @@ class FeatureFileSink:
         *,
         expiry: dt.timedelta | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        write: Callable[[int, memoryview], int] = os.write,
     ) -> None:
         if path.name.startswith(".") or not path.name:
             raise SinkPermanentError(
@@ -78,6 +79,8 @@ class FeatureFileSink:
         self.path = path
         self.expiry = expiry
         self._clock = clock
+        # A seam for the reliability suite's writer faults (a disk that fills mid-write).
+        self._write = write
 
     def publish(self, publication: Publication) -> bool:
         labels = publication.labels
@@ -140,7 +143,7 @@ class FeatureFileSink:
             try:
                 view = memoryview(content)
                 while view:
-                    written = os.write(fd, view)
+                    written = self._write(fd, view)
                     view = view[written:]
                 os.fsync(fd)
                 # Before the rename: NFD must never see the final name with the wrong mode.

@@ -1,0 +1,337 @@
+"""What one gfd agent costs a node: start-up time and memory, and the periodic loop.
+
+Measures, and prints as the Markdown tables quoted in ``docs/benchmarks.md``:
+
+* **One-shot runs**, side by side and interleaved (round robin, so drift in the
+  machine's load hits every command alike), medians of ``--runs`` runs: wall time,
+  CPU time and peak RSS (``ru_maxrss`` from ``os.wait4``) of
+
+  - ``python -c pass`` (the bare interpreter),
+  - ``python -c "import pynvml, yaml, structlog"`` (the floor: gfd's own dependencies),
+  - ``gfd --oneshot --no-timestamp -o FILE`` as on a real node: NVML is the simulator
+    library found through ``LD_LIBRARY_PATH`` exactly as the driver's would be, on a
+    machine prepared once beforehand (``python -m gfd.sim``), with no ``--simulate``;
+  - the same with ``--patch-node --no-output-file`` against the API server emulator
+    (the node already labelled: one read, no write);
+  - ``gfd --simulate dgx-h100 --oneshot ...``, which adds the simulator's set-up
+    (profile parsing, a temporary sysfs tree, loading the library) that a real node
+    never pays; reported separately.
+
+* **The periodic agent**: one process with the feature file, the node sink and
+  metrics on, cycling every 10 ms (``--sleep-interval 10ms``) on the prepared DGX
+  H100 until it has run ``--cycles`` cycles. Cycles are counted at the emulator (one
+  node read per cycle), so watching costs the agent nothing. RSS (``VmRSS``) at cycle
+  10 and at the end, the growth between them (a leak check), peak RSS (``VmHWM``),
+  and CPU time per cycle (``utime + stime`` from ``/proc/PID/stat`` between those
+  two points, divided by the cycles run).
+
+Results also go to ``bench/results/agent_cost.json``.
+Run: ``python bench/agent_cost.py [--runs N] [--cycles N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    # The emulator lives in the test tree, which is not an installed package.
+    sys.path.insert(0, str(ROOT))
+
+from gfd.sim import prepare_machine  # noqa: E402
+from tests.emulator import ApiServerEmulator, seed_gfd_cluster  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "agent_cost.json"
+PROFILE = "dgx-h100"
+NODE = "bench-node"
+TOKEN = "gfd-token"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MIB = 1024 * 1024
+
+#: The goals of issue 7.
+GOAL_ONESHOT_OVER_FLOOR = 1.25
+GOAL_PERIODIC_RSS_MIB = 60.0
+GOAL_GROWTH_MIB = 1.0
+#: Cycle counts at which the periodic run samples RSS (a leak grows; warm-up levels off).
+CHECKPOINTS = (50, 100, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000)
+
+
+def machine_description() -> dict[str, Any]:
+    model = "unknown"
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+#: A small process that starts every measured command. A child's ``ru_maxrss``
+#: includes what it held before ``exec``, which after a fork is its parent's RSS: this
+#: benchmark holds the emulator and the kubernetes client (~50 MiB), the launcher only
+#: a bare interpreter (below ``python -c pass`` itself), so peaks are the commands' own.
+_LAUNCHER = """
+import os, sys, time
+for line in sys.stdin:
+    argv = line.rstrip("\\n").split("\\t")
+    started = time.perf_counter()
+    quiet = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2)]
+    pid = os.posix_spawn(argv[0], argv, os.environ, file_actions=quiet)
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - started
+    code = os.waitstatus_to_exitcode(status)
+    print(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, code, flush=True)
+"""
+
+
+class Launcher:
+    """Runs commands from a small process and reports wall time, CPU time and peak RSS."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-S", "-c", _LAUNCHER],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, command: list[str]) -> dict[str, float]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        if any("\t" in word or "\n" in word for word in command):
+            raise ValueError(f"cannot pass {command!r} to the launcher")
+        self._process.stdin.write("\t".join(command) + "\n")
+        self._process.stdin.flush()
+        wall, cpu, maxrss_kib, code = self._process.stdout.readline().split()
+        if int(code) != 0:
+            raise SystemExit(f"{' '.join(command)} exited with {code}")
+        return {"wall_s": float(wall), "cpu_s": float(cpu), "peak_rss_mib": int(maxrss_kib) / 1024}
+
+    def close(self) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        self._process.wait(timeout=10)
+
+
+def medians(samples: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(s[key] for s in samples) for key in samples[0]}
+
+
+def oneshot_runs(runs: int, workdir: Path, api: ApiServerEmulator) -> dict[str, Any]:
+    machine = prepare_machine(PROFILE, workdir / "machine")
+    base_env = child_environment(workdir)
+    # The simulator's variables matter only to the real-node runs; the others ignore them.
+    env = {**base_env, **machine.environment()}
+    kubeconfig = api.write_kubeconfig(workdir / "kubeconfig", TOKEN)
+    python = sys.executable
+    real_node = [
+        "--sysfs-root", str(machine.sysfs_root),
+        "--machine-type-file", str(machine.machine_type_file),
+    ]  # fmt: skip
+    output = str(workdir / "features.d-gfd")
+    commands: dict[str, list[str]] = {
+        "python -c pass": [python, "-c", "pass"],
+        "floor: import pynvml, yaml, structlog": [python, "-c", "import pynvml, yaml, structlog"],
+        "gfd --oneshot, feature file": [
+            python, "-m", "gfd", "--oneshot", "--no-timestamp", "-o", output, *real_node,
+        ],
+        "gfd --oneshot, node sink": [
+            python, "-m", "gfd", "--oneshot", "--no-timestamp", "--no-output-file",
+            "--patch-node", "--node-name", NODE, "--kubeconfig", str(kubeconfig), *real_node,
+        ],
+        "gfd --simulate dgx-h100 --oneshot, feature file": [
+            python, "-m", "gfd", "--simulate", PROFILE, "--oneshot", "--no-timestamp", "-o", output,
+        ],
+    }  # fmt: skip
+    launcher = Launcher(env)
+    try:
+        # One warm-up round fills the page cache and labels the node (later runs: read only).
+        for command in commands.values():
+            launcher.run(command)
+        samples: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
+        for _ in range(runs):
+            for name, command in commands.items():
+                samples[name].append(launcher.run(command))
+    finally:
+        launcher.close()
+    table = {name: medians(runs_of) for name, runs_of in samples.items()}
+    floor = table["floor: import pynvml, yaml, structlog"]
+    for row in table.values():
+        row["wall_over_floor"] = row["wall_s"] / floor["wall_s"]
+        row["rss_over_floor"] = row["peak_rss_mib"] / floor["peak_rss_mib"]
+    return {"runs": runs, "medians": table, "samples": samples}
+
+
+def child_environment(workdir: Path) -> dict[str, str]:
+    """The measured processes' environment: this checkout, and compiled bytecode.
+
+    An installed gfd (wheel, container image) has its modules compiled; a checkout run
+    with ``PYTHONDONTWRITEBYTECODE`` would compile them from source on every start. So
+    bytecode goes to a private cache (``PYTHONPYCACHEPREFIX``) that the warm-up fills,
+    for gfd and its dependencies alike.
+    """
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GFD_") and k not in ("KUBECONFIG", "PYTHONDONTWRITEBYTECODE")
+    }
+    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
+    return env
+
+
+def _proc_status(pid: int) -> dict[str, float]:
+    values: dict[str, float] = {}
+    with open(f"/proc/{pid}/status", encoding="utf-8") as status:
+        for line in status:
+            name, _, rest = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                values[name] = int(rest.split()[0]) / 1024
+    return values
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _wait(predicate: Callable[[], bool], child: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if child.poll() is not None:
+            raise SystemExit(f"the agent exited early with {child.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit("the periodic agent did not reach the cycle count in time")
+        time.sleep(0.005)
+
+
+def periodic_run(cycles: int, workdir: Path, api: ApiServerEmulator) -> dict[str, Any]:
+    machine = prepare_machine(PROFILE, workdir / "machine-periodic")
+    env = {**child_environment(workdir), **machine.environment()}
+    kubeconfig = api.write_kubeconfig(workdir / "kubeconfig-periodic", TOKEN)
+    command = [
+        sys.executable, "-m", "gfd", "--sleep-interval", "10ms",
+        "-o", str(workdir / "periodic-gfd"),
+        "--patch-node", "--node-name", NODE, "--kubeconfig", str(kubeconfig),
+        "--metrics-address", "127.0.0.1:0",
+        "--sysfs-root", str(machine.sysfs_root),
+        "--machine-type-file", str(machine.machine_type_file),
+    ]  # fmt: skip
+    api.clear_log()
+    reads = lambda: api.count(method="GET")  # noqa: E731
+    child = subprocess.Popen(
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        _wait(lambda: reads() >= 10, child, timeout=60)
+        at_10 = {"cycles": reads(), "cpu_s": _cpu_seconds(child.pid), **_proc_status(child.pid)}
+        writes_before = api.count(writes=True)
+        started = time.perf_counter()
+        series = [(at_10["cycles"], at_10["VmRSS"])]
+        for checkpoint in [c for c in CHECKPOINTS if 10 < c < cycles] + [cycles]:
+            _wait(lambda: reads() >= checkpoint, child, timeout=max(120.0, cycles * 0.5))  # noqa: B023
+            series.append((reads(), _proc_status(child.pid)["VmRSS"]))
+        elapsed = time.perf_counter() - started
+        at_end = {"cycles": reads(), "cpu_s": _cpu_seconds(child.pid), **_proc_status(child.pid)}
+        writes = api.count(writes=True) - writes_before
+    finally:
+        child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+    ran = at_end["cycles"] - at_10["cycles"]
+    return {
+        "cycles": at_end["cycles"],
+        "rss_at_10_mib": at_10["VmRSS"],
+        "rss_at_end_mib": at_end["VmRSS"],
+        "growth_mib": at_end["VmRSS"] - at_10["VmRSS"],
+        "peak_rss_mib": at_end["VmHWM"],
+        "rss_series_mib": series,
+        "cpu_ms_per_cycle": 1000 * (at_end["cpu_s"] - at_10["cpu_s"]) / ran,
+        "wall_ms_per_cycle": 1000 * elapsed / ran,
+        #: Writes after cycle 10 (the first cycle adds the timestamp label).
+        "node_writes": writes,
+    }
+
+
+def print_tables(report: dict[str, Any]) -> None:
+    machine = report["machine"]
+    print(f"machine: {machine['nproc']} x {machine['cpu']}, Python {machine['python']}")
+    oneshot = report["oneshot"]
+    print(f"\none-shot runs, medians of {oneshot['runs']} interleaved runs")
+    print("| command | wall | × floor | CPU | peak RSS | × floor |")
+    print("|---|---|---|---|---|---|")
+    for name, row in oneshot["medians"].items():
+        print(
+            f"| {name} | {row['wall_s'] * 1000:.0f} ms | {row['wall_over_floor']:.2f} "
+            f"| {row['cpu_s'] * 1000:.0f} ms | {row['peak_rss_mib']:.1f} MiB "
+            f"| {row['rss_over_floor']:.2f} |"
+        )
+    periodic = report["periodic"]
+    print(f"\nperiodic agent (feature file + node sink + metrics), {periodic['cycles']} cycles")
+    print("| RSS at cycle 10 | RSS at the end | growth | peak RSS | CPU per cycle | writes after 10 |")
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| {periodic['rss_at_10_mib']:.1f} MiB | {periodic['rss_at_end_mib']:.1f} MiB "
+        f"| {periodic['growth_mib']:+.2f} MiB | {periodic['peak_rss_mib']:.1f} MiB "
+        f"| {periodic['cpu_ms_per_cycle']:.1f} ms | {periodic['node_writes']} |"
+    )
+    print("RSS by cycle: " + ", ".join(f"{c}: {r:.1f}" for c, r in periodic["rss_series_mib"]))
+    goals = report["goals"]
+    print("\ngoals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in goals.items()))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=15, help="one-shot runs per command (≥ 10)")
+    parser.add_argument("--cycles", type=int, default=1000, help="periodic cycles to run")
+    args = parser.parse_args()
+    with ApiServerEmulator() as api, tempfile.TemporaryDirectory(prefix="gfd-cost-") as tmp:
+        seed_gfd_cluster(api, node_name=NODE, token=TOKEN)
+        workdir = Path(tmp)
+        oneshot = oneshot_runs(args.runs, workdir, api)
+        periodic = periodic_run(args.cycles, workdir, api)
+    feature_file = oneshot["medians"]["gfd --oneshot, feature file"]
+    report = {
+        "machine": machine_description(),
+        "command": " ".join(["python", "bench/agent_cost.py", *sys.argv[1:]]),
+        "oneshot": oneshot,
+        "periodic": periodic,
+        "goals": {
+            "oneshot wall ≤ 1.25× floor": feature_file["wall_over_floor"]
+            <= GOAL_ONESHOT_OVER_FLOOR,
+            "periodic RSS < 60 MiB": periodic["peak_rss_mib"] < GOAL_PERIODIC_RSS_MIB,
+            "growth ≤ 1 MiB": periodic["growth_mib"] <= GOAL_GROWTH_MIB,
+            "0 steady-state writes": periodic["node_writes"] == 0,
+        },
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print_tables(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
