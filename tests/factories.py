@@ -39,3 +39,26 @@ def make_facts(gpus: list[Gpu] | None = None, **overrides: Any) -> NodeFacts:
         gpus=tuple(gpus if gpus is not None else [make_gpu(0)]),
     )
     return replace(base, **overrides)
+
+
+#: Node-level labels of ``make_facts()``'s defaults (versions, machine, mode, MIG capability).
+NODE_LABELS = {
+    f"nvidia.com/{key}": value
+    for key, value in {
+        "cuda.driver-version.major": "550",
+        "cuda.driver-version.minor": "107",
+        "cuda.driver-version.revision": "02",
+        "cuda.driver-version.full": "550.107.02",
+        "cuda.driver.major": "550",
+        "cuda.driver.minor": "107",
+        "cuda.driver.rev": "02",
+        "cuda.runtime-version.major": "12",
+        "cuda.runtime-version.minor": "4",
+        "cuda.runtime-version.full": "12.4",
+        "cuda.runtime.major": "12",
+        "cuda.runtime.minor": "4",
+        "gpu.machine": "DGXH100",
+        "gpu.mode": "compute",
+        "mig.capable": "true",
+    }.items()
+}

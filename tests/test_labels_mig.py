@@ -9,7 +9,7 @@ from gfd.labels import LabelOptions, build_labels
 from gfd.labels.mig import mig_labels, profile_memory_gb, profile_name
 from gfd.nvml.reader import read_facts
 from gfd.sim import simulate
-from tests.factories import MIB, make_facts, make_gpu
+from tests.factories import MIB, NODE_LABELS, make_facts, make_gpu
 from tests.mig_factories import (
     A100_MEMORY,
     A100_SHAPES,
@@ -24,24 +24,7 @@ from tests.mig_factories import (
 
 P = "nvidia.com/"
 
-BASE = {
-    f"{P}cuda.driver-version.major": "550",
-    f"{P}cuda.driver-version.minor": "107",
-    f"{P}cuda.driver-version.revision": "02",
-    f"{P}cuda.driver-version.full": "550.107.02",
-    f"{P}cuda.driver.major": "550",
-    f"{P}cuda.driver.minor": "107",
-    f"{P}cuda.driver.rev": "02",
-    f"{P}cuda.runtime-version.major": "12",
-    f"{P}cuda.runtime-version.minor": "4",
-    f"{P}cuda.runtime-version.full": "12.4",
-    f"{P}cuda.runtime.major": "12",
-    f"{P}cuda.runtime.minor": "4",
-    f"{P}gpu.machine": "DGXH100",
-    f"{P}gpu.mode": "compute",
-    f"{P}mig.capable": "true",
-    f"{P}mps.capable": "false",
-}
+BASE = {**NODE_LABELS, f"{P}mps.capable": "false"}
 
 
 def a100_full(count: int, replicas: int) -> dict[str, str]:

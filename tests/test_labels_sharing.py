@@ -12,29 +12,13 @@ from gfd.config import SharedResource, Sharing
 from gfd.errors import ConfigError
 from gfd.facts import Gpu
 from gfd.labels import LabelOptions, build_labels
-from tests.factories import make_facts, make_gpu
+from tests.factories import NODE_LABELS, make_facts, make_gpu
 from tests.mig_factories import a100, a100_split
 
 P = "nvidia.com/"
 MIG_FIXTURE = Path(__file__).parent / "sim" / "fixtures" / "dgx-a100-mig.yaml"
 
-BASE = {
-    f"{P}cuda.driver-version.major": "550",
-    f"{P}cuda.driver-version.minor": "107",
-    f"{P}cuda.driver-version.revision": "02",
-    f"{P}cuda.driver-version.full": "550.107.02",
-    f"{P}cuda.driver.major": "550",
-    f"{P}cuda.driver.minor": "107",
-    f"{P}cuda.driver.rev": "02",
-    f"{P}cuda.runtime-version.major": "12",
-    f"{P}cuda.runtime-version.minor": "4",
-    f"{P}cuda.runtime-version.full": "12.4",
-    f"{P}cuda.runtime.major": "12",
-    f"{P}cuda.runtime.minor": "4",
-    f"{P}gpu.machine": "DGXH100",
-    f"{P}gpu.mode": "compute",
-    f"{P}mig.capable": "true",
-}
+BASE = dict(NODE_LABELS)
 
 
 def h100(product: str, replicas: int, strategy: str, mps: bool = False) -> dict[str, str]:
