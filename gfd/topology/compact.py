@@ -90,6 +90,7 @@ def topology_input(facts: NodeFacts) -> TopologyInput:
     bus_keys = array("q")
     numa_nodes = array("i")
     links = array("q")
+    gpu_keys = {bus_key(gpu.bus_id) for gpu in gpus}
     for position, gpu in enumerate(gpus):
         if gpu.index != position:
             raise TopologyError(
@@ -125,6 +126,11 @@ def topology_input(facts: NodeFacts) -> TopologyInput:
                         f"{link.remote_bus_id!r} is not a PCI bus id like '00000000:1B:00.0'"
                     )
                 remote_key = parsed
+            if remote_type == REMOTE_NOT_REPORTED and remote_key != -1:
+                # The far end's type went unreported but its bus id did not: a GPU of
+                # this node is a GPU, anything else an NVLink peer can be is an NVSwitch.
+                # Guessing "no link" instead would relabel an NVSwitch node as PCIe.
+                remote_type = REMOTE_GPU if remote_key in gpu_keys else REMOTE_SWITCH
             links.extend((position, link.index, remote_type, remote_key))
     return TopologyInput(
         gpu_count=n,

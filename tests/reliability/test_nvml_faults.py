@@ -302,24 +302,9 @@ def test_unknown_on_any_call_keeps_the_last_labels_and_recovers(call: str, tmp_p
     assert file_state(output) == before
 
 
-#: NVML answers NOT_SUPPORTED for the remote type of an *active* link (older NVSwitch
-#: firmware does): the topology then counts no NVLink at all and labels the node
-#: ``gpu.interconnect=pcie``, ``gpu.pcie.worst=sys``, a wrong value rather than an
-#: absent one. Reported to the topology owners; strict, so the fix turns this red.
-_REMOTE_TYPE_UNKNOWN = pytest.mark.xfail(
-    strict=True, reason="topology treats an active link of unknown remote type as no link"
-)
-
-
-@pytest.mark.parametrize(
-    "call",
-    [
-        pytest.param(c, marks=_REMOTE_TYPE_UNKNOWN)
-        if c == "nvmlDeviceGetNvLinkRemoteDeviceType"
-        else c
-        for c in sorted(OPTIONAL_CALLS)
-    ],
-)
+#: NOT_SUPPORTED for the remote type of an *active* link (older NVSwitch firmware) must
+#: not turn an NVSwitch node into a PCIe one: the topology infers the type from the bus id.
+@pytest.mark.parametrize("call", sorted(OPTIONAL_CALLS))
 def test_not_supported_on_one_optional_call_never_changes_a_label(call: str) -> None:
     """A fact NVML does not report removes its labels; every other label stays exact."""
     faults = Faults(errors=(CallError(call=call, code=NOT_SUPPORTED),))
