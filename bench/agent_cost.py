@@ -8,9 +8,11 @@ Measures, and prints as the Markdown tables quoted in ``docs/benchmarks.md``:
 
   - ``python -c pass`` (the bare interpreter),
   - ``python -c "import pynvml, yaml, structlog"`` (the floor: gfd's own dependencies),
-  - ``gfd --oneshot --no-timestamp -o FILE`` as on a real node: NVML is the simulator
-    library found through ``LD_LIBRARY_PATH`` exactly as the driver's would be, on a
-    machine prepared once beforehand (``python -m gfd.sim``), with no ``--simulate``;
+  - ``gfd --oneshot --no-timestamp -o FILE`` as on a real node: the ``gfd`` console
+    script (the container's entry point), NVML the simulator library found through
+    ``LD_LIBRARY_PATH`` exactly as the driver's would be, on a machine prepared once
+    beforehand (``python -m gfd.sim``), with no ``--simulate``; and the same through
+    ``python -m gfd``, which adds ``runpy``;
   - the same with ``--patch-node --no-output-file`` against the API server emulator
     (the node already labelled: one read, no write);
   - ``gfd --simulate dgx-h100 --oneshot ...``, which adds the simulator's set-up
@@ -147,18 +149,22 @@ def oneshot_runs(runs: int, workdir: Path, api: ApiServerEmulator) -> dict[str, 
         "--machine-type-file", str(machine.machine_type_file),
     ]  # fmt: skip
     output = str(workdir / "features.d-gfd")
+    gfd = str(console_script(workdir))
     commands: dict[str, list[str]] = {
         "python -c pass": [python, "-c", "pass"],
         "floor: import pynvml, yaml, structlog": [python, "-c", "import pynvml, yaml, structlog"],
         "gfd --oneshot, feature file": [
-            python, "-m", "gfd", "--oneshot", "--no-timestamp", "-o", output, *real_node,
+            python, gfd, "--oneshot", "--no-timestamp", "-o", output, *real_node,
         ],
         "gfd --oneshot, node sink": [
-            python, "-m", "gfd", "--oneshot", "--no-timestamp", "--no-output-file",
+            python, gfd, "--oneshot", "--no-timestamp", "--no-output-file",
             "--patch-node", "--node-name", NODE, "--kubeconfig", str(kubeconfig), *real_node,
         ],
+        "python -m gfd --oneshot, feature file": [
+            python, "-m", "gfd", "--oneshot", "--no-timestamp", "-o", output, *real_node,
+        ],
         "gfd --simulate dgx-h100 --oneshot, feature file": [
-            python, "-m", "gfd", "--simulate", PROFILE, "--oneshot", "--no-timestamp", "-o", output,
+            python, gfd, "--simulate", PROFILE, "--oneshot", "--no-timestamp", "-o", output,
         ],
     }  # fmt: skip
     launcher = Launcher(env)
@@ -178,6 +184,22 @@ def oneshot_runs(runs: int, workdir: Path, api: ApiServerEmulator) -> dict[str, 
         row["wall_over_floor"] = row["wall_s"] / floor["wall_s"]
         row["rss_over_floor"] = row["peak_rss_mib"] / floor["peak_rss_mib"]
     return {"runs": runs, "medians": table, "samples": samples}
+
+
+def console_script(workdir: Path) -> Path:
+    """The ``gfd`` command as pip installs it (the container's entry point): a script
+    that imports ``gfd.cli`` and calls ``main``, without ``runpy`` as ``-m`` has."""
+    script = workdir / "bin" / "gfd"
+    if not script.exists():
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(
+            "import re\nimport sys\nfrom gfd.cli import main\n"
+            "if __name__ == '__main__':\n"
+            "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+            "    sys.exit(main())\n",
+            encoding="utf-8",
+        )
+    return script
 
 
 def child_environment(workdir: Path) -> dict[str, str]:
@@ -230,7 +252,7 @@ def periodic_run(cycles: int, workdir: Path, api: ApiServerEmulator) -> dict[str
     env = {**child_environment(workdir), **machine.environment()}
     kubeconfig = api.write_kubeconfig(workdir / "kubeconfig-periodic", TOKEN)
     command = [
-        sys.executable, "-m", "gfd", "--sleep-interval", "10ms",
+        sys.executable, str(console_script(workdir)), "--sleep-interval", "10ms",
         "-o", str(workdir / "periodic-gfd"),
         "--patch-node", "--node-name", NODE, "--kubeconfig", str(kubeconfig),
         "--metrics-address", "127.0.0.1:0",
@@ -238,7 +260,11 @@ def periodic_run(cycles: int, workdir: Path, api: ApiServerEmulator) -> dict[str
         "--machine-type-file", str(machine.machine_type_file),
     ]  # fmt: skip
     api.clear_log()
-    reads = lambda: api.count(method="GET")  # noqa: E731
+
+    def reads() -> int:
+        """Cycles so far: each makes exactly one node read."""
+        return api.count(method="GET")
+
     child = subprocess.Popen(
         command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -249,6 +275,7 @@ def periodic_run(cycles: int, workdir: Path, api: ApiServerEmulator) -> dict[str
         started = time.perf_counter()
         series = [(at_10["cycles"], at_10["VmRSS"])]
         for checkpoint in [c for c in CHECKPOINTS if 10 < c < cycles] + [cycles]:
+            # The predicate runs within this iteration only, so binding late is harmless.
             _wait(lambda: reads() >= checkpoint, child, timeout=max(120.0, cycles * 0.5))  # noqa: B023
             series.append((reads(), _proc_status(child.pid)["VmRSS"]))
         elapsed = time.perf_counter() - started
@@ -291,7 +318,9 @@ def print_tables(report: dict[str, Any]) -> None:
         )
     periodic = report["periodic"]
     print(f"\nperiodic agent (feature file + node sink + metrics), {periodic['cycles']} cycles")
-    print("| RSS at cycle 10 | RSS at the end | growth | peak RSS | CPU per cycle | writes after 10 |")
+    print(
+        "| RSS at cycle 10 | RSS at the end | growth | peak RSS | CPU per cycle | writes after 10 |"
+    )
     print("|---|---|---|---|---|---|")
     print(
         f"| {periodic['rss_at_10_mib']:.1f} MiB | {periodic['rss_at_end_mib']:.1f} MiB "

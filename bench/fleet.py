@@ -288,7 +288,9 @@ def analyse(
         "failure_reasons": sorted({reason for r in records for reason in r.reasons})[:5],
         "reads_per_cycle_after_startup": round(reads / steady_cycles, 3) if steady_cycles else None,
         "writes_after_startup": writes,
-        "writes_per_cycle_after_startup": round(writes / steady_cycles, 4) if steady_cycles else None,
+        "writes_per_cycle_after_startup": round(writes / steady_cycles, 4)
+        if steady_cycles
+        else None,
         "nodes_exactly_right": agents - len(wrong),
         "nodes_wrong_examples": sorted(wrong)[:3],
     }

@@ -439,12 +439,15 @@ def _read_fabric(nv: _Session, handle: Any) -> FabricInfo | None:
 
 
 def _affinity_to_cpulist(words: Any) -> str:
-    cpus = [
-        word_index * 64 + bit
-        for word_index, word in enumerate(words)
-        for bit in range(64)
-        if (int(word) >> bit) & 1
-    ]
+    # Only the set bits: testing all 64 x CPU_AFFINITY_WORDS bits of every GPU took
+    # about half of a steady-state cycle's CPU time.
+    cpus: list[int] = []
+    for word_index, word in enumerate(words):
+        value = int(word)
+        while value:
+            lowest = value & -value
+            cpus.append(word_index * 64 + lowest.bit_length() - 1)
+            value ^= lowest
     return cpulist_from_ids(cpus)
 
 
