@@ -10,7 +10,7 @@ Measures, and prints as the Markdown table quoted in ``docs/benchmarks.md``:
   run adds all labels), medians of repeated runs, next to the same run publishing
   to a feature file only, which never imports the Kubernetes client.
 
-Peak RSS is the child's own ``ru_maxrss`` from ``os.wait4``. Results also go to
+Peak RSS is the child's own ``ru_maxrss``, measured from a small launcher process. Results also go to
 ``bench/results/kube_sinks.json``. Run: ``python bench/kube_sinks.py [--runs N]``.
 """
 
@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     # The emulator lives in the test tree, which is not an installed package.
     sys.path.insert(0, str(ROOT))
+
+from _launcher import Launcher, child_environment  # noqa: E402
 
 from gfd.sinks import Publication, Sink  # noqa: E402
 from gfd.sinks.kube import RetryPolicy, connect_kubernetes  # noqa: E402
@@ -93,26 +93,12 @@ def steady_state(cycles: int) -> list[dict[str, Any]]:
     return rows
 
 
-def run_process(argv: list[str], env: dict[str, str]) -> tuple[float, int, int, str]:
-    """Run one gfd process; return wall seconds, peak RSS KiB, exit code, stderr tail."""
-    started = time.perf_counter()
-    with tempfile.TemporaryFile() as err:
-        child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - started
-        child.returncode = os.waitstatus_to_exitcode(status)
-        err.seek(0)
-        tail = err.read().decode("utf-8", "replace")[-600:]
-    return wall, int(usage.ru_maxrss), child.returncode, tail
-
-
 def oneshot_processes(runs: int) -> list[dict[str, Any]]:
     """Whole ``--oneshot`` processes: node sink vs feature file only."""
     gfd = [sys.executable, "-m", "gfd", "--simulate", "dgx-h100", "--oneshot"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("KUBECONFIG", None)
     results: list[dict[str, Any]] = []
     with ApiServerEmulator() as api, tempfile.TemporaryDirectory() as tmp:
+        env = child_environment(Path(tmp))
         seed_gfd_cluster(api, node_name="warm-up", namespace=NAMESPACE, token=TOKEN)
         kubeconfig = api.write_kubeconfig(Path(tmp) / "kubeconfig", TOKEN)
         variants: dict[str, Callable[[str], list[str]]] = {
@@ -132,28 +118,33 @@ def oneshot_processes(runs: int) -> list[dict[str, Any]]:
             ],
         }
         (Path(tmp) / "features.d").mkdir()
+        # Children start from a small launcher: forked from this process (emulator and
+        # kubernetes client loaded) their peak RSS would count ours too.
+        launcher = Launcher(env)
         for variant, argv_for in variants.items():
+            # One unmeasured run fills the bytecode cache, as an installed gfd has it.
+            api.add_node(f"warm-{len(results)}")
+            launcher.run(argv_for(f"warm-{len(results)}"))
             walls, peaks = [], []
             for run in range(runs):
                 node = f"node-{len(results)}-{run}"
                 api.add_node(node)
                 api.clear_log()
-                wall, peak, code, stderr = run_process(argv_for(node), env)
-                if code != 0:
-                    raise RuntimeError(f"{variant}: gfd exited with {code}: {stderr.strip()}")
-                walls.append(wall)
-                peaks.append(peak)
+                measured = launcher.run(argv_for(node))
+                walls.append(measured["wall_s"])
+                peaks.append(measured["peak_rss_mib"])
                 requests = api.requests
             results.append(
                 {
                     "variant": variant,
                     "runs": runs,
                     "median_wall_s": statistics.median(walls),
-                    "median_peak_rss_mib": statistics.median(peaks) / 1024,
-                    "max_peak_rss_mib": max(peaks) / 1024,
+                    "median_peak_rss_mib": statistics.median(peaks),
+                    "max_peak_rss_mib": max(peaks),
                     "requests_last_run": [f"{r.method} {r.status}" for r in requests],
                 }
             )
+        launcher.close()
     return results
 
 

@@ -14,7 +14,11 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> int:
-    scripts = sorted(p for p in HERE.glob("*.py") if p.name not in {"run_all.py", "__init__.py"} and not p.name.startswith("_"))
+    scripts = sorted(
+        p
+        for p in HERE.glob("*.py")
+        if p.name not in {"run_all.py", "__init__.py"} and not p.name.startswith("_")
+    )
     failed: list[str] = []
     for script in scripts:
         print(f"== {script.name}", flush=True)
