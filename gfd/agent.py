@@ -21,7 +21,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gfd.errors import ConfigError, GfdError, NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
+from gfd.errors import (
+    ConfigError,
+    GfdError,
+    NvmlError,
+    NvmlGpuLost,
+    NvmlNotReady,
+    SinkError,
+    SinkPermanentError,
+)
 from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.sinks import Publication, Sink
@@ -230,7 +238,9 @@ class Agent:
         for key, why in label_set.withheld:
             if ("withheld", key) not in self._warned:
                 self._warned.add(("withheld", key))
-                self._log.warning("label withheld: its facts could not be read", key=key, reason=why)
+                self._log.warning(
+                    "label withheld: its facts could not be read", key=key, reason=why
+                )
 
     def close(self) -> None:
         for sink in self.sinks:

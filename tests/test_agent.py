@@ -193,7 +193,13 @@ def test_loop_control_reload_wakes_once() -> None:
 
 def test_withheld_label_is_warned_once() -> None:
     log = Log()
-    agent = Agent(read_facts=scripted(GOOD), sinks=[RecordingSink()], options=LabelOptions(), log=log, derive=no_topology)
+    agent = Agent(
+        read_facts=scripted(GOOD),
+        sinks=[RecordingSink()],
+        options=LabelOptions(),
+        log=log,
+        derive=no_topology,
+    )
     agent.cycle()
     agent.cycle()
     withheld = [e for e in log.events if e[1].startswith("label withheld")]
