@@ -80,26 +80,28 @@ class RetryPolicy:
             raise ValueError("RetryPolicy needs a positive deadline and max_retry_after")
 
 
-class KubeApiError(SinkError):
+class _RequestFailure(Exception):
+    """What both request errors carry: the request, the HTTP status (if any), the detail."""
+
+    #: How the message reads when no HTTP status came back.
+    no_status = "no response"
+
+    def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
+        self.method = method
+        self.path = path
+        self.status = status
+        what = f"HTTP {status}" if status is not None else self.no_status
+        super().__init__(f"Kubernetes API {method} {path}: {what}: {detail}")
+
+
+class KubeApiError(_RequestFailure, SinkError):
     """A request failed in a way that may pass later (5xx, 429, network, deadline)."""
 
-    def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
-        self.method = method
-        self.path = path
-        self.status = status
-        what = f"HTTP {status}" if status is not None else "no response"
-        super().__init__(f"Kubernetes API {method} {path}: {what}: {detail}")
 
-
-class KubeApiPermanentError(SinkPermanentError):
+class KubeApiPermanentError(_RequestFailure, SinkPermanentError):
     """A request that retrying cannot fix (denied, invalid, not found)."""
 
-    def __init__(self, method: str, path: str, status: int | None, detail: str) -> None:
-        self.method = method
-        self.path = path
-        self.status = status
-        what = f"HTTP {status}" if status is not None else "request not sent"
-        super().__init__(f"Kubernetes API {method} {path}: {what}: {detail}")
+    no_status = "request not sent"
 
 
 class Interrupted(SinkError):
