@@ -1,14 +1,12 @@
 """The C extension is required: these tests fail (never skip) when it is not built.
 
-Also checks, at the largest size the issue names, that the two builders agree and
-that the C builder is the faster one by a wide margin.
+Also checks that the two builders agree at the largest size the issue names. Speed
+is measured by ``bench/topology.py``, never asserted in a test.
 """
 
 from __future__ import annotations
 
 import importlib
-import statistics
-import time
 
 import pytest
 
@@ -32,18 +30,9 @@ def test_builders_agree_on_a_generated_576_gpu_machine(wiring: str) -> None:
     assert len(c.domains) == 72
 
 
-@pytest.mark.slow
-def test_c_is_at_least_20_times_faster_at_1024_gpus() -> None:
+def test_builders_agree_at_1024_gpus() -> None:
+    """The largest size the issue names; how much faster C is there is bench/topology.py's job."""
     compact = topology_input(generated_machine(1024))
-    c = build_from_input(compact, implementation="c")
-    assert c == build_from_input(compact, implementation="python")
-
-    def median_seconds(implementation: str, runs: int) -> float:
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            build_from_input(compact, implementation=implementation)  # type: ignore[arg-type]
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    assert median_seconds("python", 3) >= 20 * median_seconds("c", 9)
+    assert build_from_input(compact, implementation="c") == build_from_input(
+        compact, implementation="python"
+    )
