@@ -18,10 +18,10 @@ $(STAMP): pyproject.toml setup.py $(C_SOURCES)
 
 demo: $(STAMP)
 	@echo "== labels of a simulated DGX H100 (gfd --simulate dgx-h100 --oneshot --output-file -)"
-	@$(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level warning
+	@$(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level error
 	@echo
 	@echo "== GPU topology (gfd --simulate dgx-h100 topo)"
-	@$(BIN)/gfd --simulate dgx-h100 topo --log-level warning
+	@$(BIN)/gfd --simulate dgx-h100 topo --log-level error
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
