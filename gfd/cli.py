@@ -156,16 +156,17 @@ class SinkFactory:
         from gfd.sinks.featurefile import FeatureFileSink, StdoutSink
 
         sinks: list[Any] = []
-        if not settings.no_output_file:
-            if settings.output_file in ("", "-"):
-                sinks.append(StdoutSink(stdout))
-            else:
-                expiry = (
-                    dt.timedelta(seconds=settings.output_file_expiry)
-                    if settings.output_file_expiry
-                    else None
-                )
-                sinks.append(FeatureFileSink(Path(settings.output_file), expiry=expiry))
+        # As in the reference, an output file of "-" or "" means stdout.
+        file_is_stdout = settings.output_file in ("", "-")
+        if settings.print_labels or (file_is_stdout and not settings.no_output_file):
+            sinks.append(StdoutSink(stdout))
+        if not settings.no_output_file and not file_is_stdout:
+            expiry = (
+                dt.timedelta(seconds=settings.output_file_expiry)
+                if settings.output_file_expiry
+                else None
+            )
+            sinks.append(FeatureFileSink(Path(settings.output_file), expiry=expiry))
         if settings.patch_node:
             from gfd.sinks.node import NodeSink
 
@@ -191,7 +192,8 @@ class SinkFactory:
             )
         if not sinks:
             raise ConfigError(
-                "nothing to publish to: --no-output-file without --patch-node or --use-node-feature-api"
+                "nothing to publish to: --no-output-file without --patch-node, "
+                "--use-node-feature-api or --print-labels"
             )
         return sinks
 

@@ -59,6 +59,8 @@ class Settings:
     #: Feature file path; "" or "-" prints to stdout.
     output_file: str = DEFAULT_OUTPUT_FILE
     no_output_file: bool = False
+    #: Print labels to stdout on change in addition to the other sinks.
+    print_labels: bool = False
     #: Lifetime written as ``# +expiry-time=`` into the feature file; None: no directive.
     output_file_expiry: float | None = None
     machine_type_file: str = DEFAULT_MACHINE_TYPE_FILE
@@ -150,6 +152,14 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "gfd", "noOutputFile"),
         "bool",
         "write no feature file (use with --patch-node or --use-node-feature-api)",
+    ),
+    Option(
+        "print_labels",
+        "--print-labels",
+        ("GFD_PRINT_LABELS",),
+        ("flags", "gfd", "printLabels"),
+        "bool",
+        "also print the labels to stdout whenever they change, beside the other sinks",
     ),
     Option(
         "output_file_expiry",
@@ -366,6 +376,7 @@ _CONFIG_TREE: dict[str, Any] = {
             "sleepInterval": None,
             "outputFile": None,
             "noOutputFile": None,
+            "printLabels": None,
             "outputFileExpiry": None,
             "machineTypeFile": None,
             "sysfsRoot": None,

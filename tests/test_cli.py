@@ -241,3 +241,25 @@ def test_oneshot_gpu_lost_mid_read_fails_cleanly(tmp_path: Path) -> None:
     assert run.returncode == 1
     assert "NVML_ERROR_GPU_IS_LOST" in run.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "gfd").exists()
+
+
+def test_feature_file_and_stdout_together(tmp_path: Path) -> None:
+    """Sinks compose: the file and stdout carry the same labels in one run."""
+    run = gfd(
+        "--simulate",
+        "t4-single",
+        "--oneshot",
+        "--no-timestamp",
+        "--print-labels",
+        "-o",
+        str(tmp_path / "gfd"),
+    )
+    assert run.returncode == 0, run.stderr
+    assert parse_lines(run.stdout) == read_features_dir(tmp_path, NOW)
+    assert parse_lines(run.stdout)["nvidia.com/gpu.product"] == "Tesla-T4"
+
+
+def test_no_sink_at_all_is_a_configuration_error(tmp_path: Path) -> None:
+    run = gfd("--simulate", "t4-single", "--oneshot", "--no-output-file")
+    assert run.returncode == 2
+    assert "nothing to publish to" in run.stderr

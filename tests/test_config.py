@@ -251,3 +251,11 @@ def test_bad_durations(text: str) -> None:
         return
     with pytest.raises(ConfigError, match="is not a duration"):
         parse_duration(text, "x")
+
+
+def test_print_labels_from_flag_env_and_file(tmp_path: Path) -> None:
+    assert settings_for(["--print-labels"]).print_labels is True
+    assert settings_for([], {"GFD_PRINT_LABELS": "true"}).print_labels is True
+    config = write(tmp_path, "version: v1\nflags: {gfd: {printLabels: true}}\n")
+    assert settings_for(["--config-file", config]).print_labels is True
+    assert settings_for([]).print_labels is False
