@@ -21,15 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gfd.errors import (
-    ConfigError,
-    GfdError,
-    NvmlError,
-    NvmlGpuLost,
-    NvmlNotReady,
-    SinkError,
-    SinkPermanentError,
-)
+from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind
 from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.sinks import Publication, Sink
@@ -165,35 +157,16 @@ class Agent:
     def _cycle(self) -> CycleOutcome:
         try:
             facts = self._read_facts()
-        except NvmlNotReady as exc:
-            self._telemetry.nvml_up(False)
-            return CycleOutcome(ok=False, reason=str(exc), kind="nvml-not-ready", init_failure=True)
-        except NvmlGpuLost as exc:
-            self._telemetry.nvml_up(True)
-            return CycleOutcome(
-                ok=False, reason=f"{exc}; keeping the last published labels", kind="nvml-gpu-lost"
-            )
-        except NvmlError as exc:
-            self._telemetry.nvml_up(exc.call != "nvmlInit")
-            return CycleOutcome(
-                ok=False,
-                reason=f"{exc}; keeping the last published labels",
-                kind="nvml",
-                init_failure=exc.call == "nvmlInit",
-            )
         except GfdError as exc:
-            return CycleOutcome(ok=False, reason=str(exc), kind="facts")
+            return self._read_failed(exc)
         self._telemetry.nvml_up(True)
         try:
             label_set, annotations = compute_labels(facts, self.options, derive=self._derive)
-        except ConfigError as exc:
-            # The facts contradict the configuration (e.g. MPS sharing on a MIG-enabled GPU).
-            return CycleOutcome(
-                ok=False, reason=f"{exc}; keeping the last published labels", kind="config"
-            )
         except GfdError as exc:
+            # A topology the facts cannot describe, or facts that contradict the
+            # configuration (MPS sharing on a MIG-enabled GPU).
             return CycleOutcome(
-                ok=False, reason=f"{exc}; keeping the last published labels", kind="topology"
+                ok=False, reason=f"{exc}; keeping the last published labels", kind=error_kind(exc)
             )
         self._report_drops(label_set)
         labels = dict(label_set.labels)
@@ -203,6 +176,20 @@ class Agent:
         publication = Publication(labels=labels, annotations=annotations)
         return self._publish(publication)
 
+    def _read_failed(self, exc: GfdError) -> CycleOutcome:
+        """Nothing is published after a failed read: every sink keeps its last good labels."""
+        init_failure = isinstance(exc, NvmlNotReady) or (
+            isinstance(exc, NvmlError) and exc.call == "nvmlInit"
+        )
+        if isinstance(exc, NvmlError):
+            self._telemetry.nvml_up(not init_failure)
+        reason = str(exc)
+        if isinstance(exc, NvmlError) and not isinstance(exc, NvmlNotReady):
+            reason += "; keeping the last published labels"
+        return CycleOutcome(
+            ok=False, reason=reason, kind=error_kind(exc), init_failure=init_failure
+        )
+
     def _publish(self, publication: Publication) -> CycleOutcome:
         wrote: list[str] = []
         failures: list[str] = []
@@ -211,12 +198,11 @@ class Agent:
             try:
                 if sink.publish(publication):
                     wrote.append(sink.name)
-            except SinkPermanentError as exc:
-                failures.append(f"{sink.name}: {exc}")
-                kind = "sink-permanent"
             except SinkError as exc:
                 failures.append(f"{sink.name}: {exc}")
-                kind = kind or "sink"
+                # A permanent failure of any sink outranks a passing one of another.
+                if kind != "sink-permanent":
+                    kind = error_kind(exc)
         if wrote:
             self._log.info("labels published", sinks=wrote, labels=len(publication.labels))
         if failures:

@@ -53,3 +53,42 @@ class SinkError(GfdError):
 
 class SinkPermanentError(SinkError):
     """A sink failure that retrying cannot fix (permission denied, invalid object)."""
+
+
+#: The bounded set of ``kind`` values of a failed cycle (logs, ``gfd_cycle_errors_total``).
+ERROR_KINDS = (
+    "config",
+    "facts",
+    "nvml-not-ready",
+    "nvml-gpu-lost",
+    "nvml",
+    "topology",
+    "sink-permanent",
+    "sink",
+    "internal",
+)
+
+
+def error_kind(error: BaseException) -> str:
+    """Map an exception to its ``kind`` label: one of :data:`ERROR_KINDS`.
+
+    Most specific class first; anything that is not a :class:`GfdError` is a bug
+    in gfd and counts as ``internal``.
+    """
+    # FactsError lives with the facts model; importing it here would be circular.
+    from gfd.facts import FactsError
+
+    ordered: tuple[tuple[type[GfdError], str], ...] = (
+        (NvmlNotReady, "nvml-not-ready"),
+        (NvmlGpuLost, "nvml-gpu-lost"),
+        (NvmlError, "nvml"),
+        (SinkPermanentError, "sink-permanent"),
+        (SinkError, "sink"),
+        (TopologyError, "topology"),
+        (FactsError, "facts"),
+        (ConfigError, "config"),
+    )
+    for cls, kind in ordered:
+        if isinstance(error, cls):
+            return kind
+    return "internal"

@@ -33,17 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gfd.agent import NullTelemetry
-from gfd.errors import (
-    ConfigError,
-    GfdError,
-    NvmlError,
-    NvmlGpuLost,
-    NvmlNotReady,
-    SinkError,
-    SinkPermanentError,
-    TopologyError,
-)
-from gfd.facts import FactsError
+from gfd.errors import ERROR_KINDS, ConfigError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -64,41 +54,6 @@ LIVENESS_MARGIN = 30.0
 #: Cycle duration buckets (seconds): a simulated read takes milliseconds, a real
 #: 8-GPU read tenths of a second, a cycle with API retries tens of seconds.
 CYCLE_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-
-#: The bounded set of ``kind`` values of ``gfd_cycle_errors_total``.
-ERROR_KINDS = (
-    "config",
-    "facts",
-    "nvml-not-ready",
-    "nvml-gpu-lost",
-    "nvml",
-    "topology",
-    "sink-permanent",
-    "sink",
-    "internal",
-)
-
-
-def error_kind(error: BaseException) -> str:
-    """Map an exception to its ``kind`` label: one of :data:`ERROR_KINDS`.
-
-    Most specific class first; anything that is not a :class:`GfdError` is a bug
-    in gfd and counts as ``internal``.
-    """
-    ordered: tuple[tuple[type[GfdError], str], ...] = (
-        (NvmlNotReady, "nvml-not-ready"),
-        (NvmlGpuLost, "nvml-gpu-lost"),
-        (NvmlError, "nvml"),
-        (SinkPermanentError, "sink-permanent"),
-        (SinkError, "sink"),
-        (TopologyError, "topology"),
-        (FactsError, "facts"),
-        (ConfigError, "config"),
-    )
-    for cls, kind in ordered:
-        if isinstance(error, cls):
-            return kind
-    return "internal"
 
 
 def liveness_window_for(

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from gfd.errors import (
+    ERROR_KINDS,
     ConfigError,
     NvmlError,
     NvmlGpuLost,
@@ -21,16 +22,15 @@ from gfd.errors import (
     SinkError,
     SinkPermanentError,
     TopologyError,
+    error_kind,
 )
 from gfd.facts import FactsError
 from gfd.metrics import (
     DEFAULT_METRICS_ADDRESS,
-    ERROR_KINDS,
     AgentTelemetry,
     DisabledTelemetry,
     ListenAddress,
     MetricsServer,
-    error_kind,
     liveness_window_for,
     parse_listen_address,
     serve,
