@@ -1,53 +1,16 @@
 """Fixtures: a running API server emulator, gfd's cluster objects in it, a client."""
 
-from __future__ import annotations
-
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import pytest
-
-from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
-from tests.emulator import ApiServerEmulator, seed_gfd_cluster
-
-NODE = "gpu-node-1"
-NAMESPACE = "gpu-operator"
-POD = "gfd-abcde"
-TOKEN = "gfd-token"
-
-#: Quick retries so that storms of faults take milliseconds, not minutes.
-FAST_RETRIES = RetryPolicy(initial_delay=0.01, max_delay=0.05, deadline=5.0, max_retry_after=2.0)
-
-
-@pytest.fixture
-def emulator() -> Iterator[ApiServerEmulator]:
-    with ApiServerEmulator() as api:
-        yield api
-
-
-@pytest.fixture
-def cluster(emulator: ApiServerEmulator) -> dict[str, Any]:
-    return seed_gfd_cluster(
-        emulator, node_name=NODE, namespace=NAMESPACE, token=TOKEN, pod_name=POD
-    )
-
-
-@pytest.fixture
-def kubeconfig(emulator: ApiServerEmulator, tmp_path: Path) -> Path:
-    return emulator.write_kubeconfig(tmp_path / "kubeconfig", TOKEN)
-
-
-@pytest.fixture
-def client(kubeconfig: Path, cluster: dict[str, Any]) -> Iterator[KubeClient]:
-    kube = connect_kubernetes(
-        kubeconfig=str(kubeconfig), request_timeout=1.0, retry_policy=FAST_RETRIES
-    )
-    yield kube
-    kube.close()
-
-
-@pytest.fixture
-def stop() -> threading.Event:
-    return threading.Event()
+from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by import
+    FAST_RETRIES,
+    NAMESPACE,
+    NODE,
+    POD,
+    TOKEN,
+    client,
+    cluster,
+    emulator,
+    kubeconfig,
+    node_labels,
+    request_timeout,
+    stop,
+)

@@ -27,12 +27,9 @@ from tests.kube.conftest import FAST_RETRIES, NODE
 PRINCIPAL = Principal("system:serviceaccount:gpu-operator:gfd")
 
 
-@pytest.fixture(scope="session")
-def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "ca.crt", directory / "tls.key"
+def self_signed_certificate(cert: Path, key: Path, name: str, *extensions: str) -> None:
+    """Write a one-day self-signed EC certificate for ``CN=name`` (with ``-addext`` extras)."""
+    extra = [word for ext in extensions for word in ("-addext", ext)]
     subprocess.run(
         [
             "openssl",
@@ -50,13 +47,21 @@ def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             "-days",
             "1",
             "-subj",
-            "/CN=emulator",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
+            f"/CN={name}",
+            *extra,
         ],
         check=True,
         capture_output=True,
     )
+
+
+@pytest.fixture(scope="session")
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "ca.crt", directory / "tls.key"
+    self_signed_certificate(cert, key, "emulator", "subjectAltName=IP:127.0.0.1")
     return cert, key
 
 
@@ -144,28 +149,7 @@ def test_untrusted_server_certificate_is_a_permanent_error(
 ) -> None:
     tls_emulator.set_token("t", PRINCIPAL)
     other_ca = tmp_path / "other-ca.crt"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            str(tmp_path / "k"),
-            "-out",
-            str(other_ca),
-            "-days",
-            "1",
-            "-subj",
-            "/CN=other",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    self_signed_certificate(other_ca, tmp_path / "k", "other")
     client = in_cluster(tls_emulator, service_account(tmp_path, "t"), other_ca)
     with pytest.raises(KubeApiPermanentError, match="CERTIFICATE_VERIFY_FAILED"):
         get_node(client)

@@ -8,14 +8,24 @@ the known defects (strict expected failures) and skips, if any.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
-from tests.emulator import ApiServerEmulator, seed_gfd_cluster
+from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by import
+    FAST_RETRIES,
+    NAMESPACE,
+    NODE,
+    POD,
+    TOKEN,
+    client,
+    cluster,
+    emulator,
+    kubeconfig,
+    stop,
+)
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = {
@@ -26,18 +36,12 @@ FAMILIES = {
     "test_pacing.py": "fleet",
 }
 
-NODE = "gpu-node-1"
-NAMESPACE = "gpu-operator"
-POD = "gfd-abcde"
-TOKEN = "gfd-token"
 #: Labels other writers own on the node; no fault may ever remove or change them.
 FOREIGN_LABELS = {
     "kubernetes.io/hostname": NODE,
     "topology.kubernetes.io/zone": "zone-a",
     "example.com/rack": "r17",
 }
-#: Quick retries so that storms of faults take milliseconds, not minutes.
-FAST_RETRIES = RetryPolicy(initial_delay=0.01, max_delay=0.05, deadline=5.0, max_retry_after=2.0)
 
 
 # --------------------------------------------------------------------------- #
@@ -99,36 +103,14 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# The API server emulator
+# The API server emulator: the shared fixtures, with other writers' labels on the node
 
 
 @pytest.fixture
-def emulator() -> Iterator[ApiServerEmulator]:
-    with ApiServerEmulator() as api:
-        yield api
+def node_labels() -> Mapping[str, str]:
+    return FOREIGN_LABELS
 
 
 @pytest.fixture
-def cluster(emulator: ApiServerEmulator) -> dict[str, Any]:
-    return seed_gfd_cluster(
-        emulator,
-        node_name=NODE,
-        namespace=NAMESPACE,
-        token=TOKEN,
-        pod_name=POD,
-        node_labels=FOREIGN_LABELS,
-    )
-
-
-@pytest.fixture
-def kubeconfig(emulator: ApiServerEmulator, tmp_path: Path) -> Path:
-    return emulator.write_kubeconfig(tmp_path / "kubeconfig", TOKEN)
-
-
-@pytest.fixture
-def client(kubeconfig: Path, cluster: dict[str, Any]) -> Iterator[KubeClient]:
-    kube = connect_kubernetes(
-        kubeconfig=str(kubeconfig), request_timeout=0.5, retry_policy=FAST_RETRIES
-    )
-    yield kube
-    kube.close()
+def request_timeout() -> float:
+    return 0.5
