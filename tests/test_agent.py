@@ -65,12 +65,21 @@ def scripted(*results: NodeFacts | Exception) -> Callable[[], NodeFacts]:
     return read
 
 
-def agent_with(read: Callable[[], NodeFacts], *sinks: RecordingSink, **kw: object) -> Agent:
+STARTED_AT = LabelOptions(timestamp=1700000000)
+
+
+def agent_with(
+    read: Callable[[], NodeFacts],
+    *sinks: RecordingSink,
+    log: Log | None = None,
+    options: LabelOptions = STARTED_AT,
+    **kw: object,
+) -> Agent:
     return Agent(
         read_facts=read,
-        sinks=sinks,
-        options=LabelOptions(timestamp=1700000000),
-        log=Log(),
+        sinks=sinks or [RecordingSink()],
+        options=options,
+        log=log if log is not None else Log(),
         derive=no_topology,
         **kw,
     )  # type: ignore[arg-type]
@@ -139,13 +148,7 @@ def test_permanent_sink_error_is_classified() -> None:
 def test_invalid_label_is_dropped_and_warned_once() -> None:
     facts = make_facts([make_gpu(0)], driver_version="550.(x).1")
     log = Log()
-    agent = Agent(
-        read_facts=scripted(facts),
-        sinks=[RecordingSink()],
-        options=LabelOptions(),
-        log=log,
-        derive=no_topology,
-    )
+    agent = agent_with(scripted(facts), log=log, options=LabelOptions())
     agent.cycle()
     agent.cycle()
     warnings = [e for e in log.events if e[0] == "warning" and e[1].startswith("label dropped")]
@@ -193,13 +196,7 @@ def test_loop_control_reload_wakes_once() -> None:
 
 def test_withheld_label_is_warned_once() -> None:
     log = Log()
-    agent = Agent(
-        read_facts=scripted(GOOD),
-        sinks=[RecordingSink()],
-        options=LabelOptions(),
-        log=log,
-        derive=no_topology,
-    )
+    agent = agent_with(scripted(GOOD), log=log, options=LabelOptions())
     agent.cycle()
     agent.cycle()
     withheld = [e for e in log.events if e[1].startswith("label withheld")]
