@@ -26,7 +26,6 @@ from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.sinks import Publication, Sink
 
-TIMESTAMP_KEY = "nvidia.com/gfd.timestamp"
 #: Relative jitter applied to each sleep, so a fleet started together spreads out.
 SLEEP_JITTER = 0.1
 #: Half-width of the spread of the first sleep after a (re)start of good cycles, as a
@@ -120,7 +119,6 @@ class Agent:
         sinks: Sequence[Sink],
         options: LabelOptions,
         log: Any,
-        timestamp_annotation: bool = False,
         telemetry: Telemetry | None = None,
         derive: Callable[[NodeFacts], Derived] = derive_topology,
         monotonic: Callable[[], float] = time.monotonic,
@@ -129,7 +127,6 @@ class Agent:
         self.sinks = tuple(sinks)
         self.options = options
         self._log = log
-        self._timestamp_annotation = timestamp_annotation
         self._telemetry: Telemetry = telemetry if telemetry is not None else NullTelemetry()
         self._derive = derive
         self._monotonic = monotonic
@@ -169,11 +166,9 @@ class Agent:
                 ok=False, reason=f"{exc}; keeping the last published labels", kind=error_kind(exc)
             )
         self._report_drops(label_set)
-        labels = dict(label_set.labels)
-        annotations = dict(annotations)
-        if self._timestamp_annotation and TIMESTAMP_KEY in labels:
-            annotations[TIMESTAMP_KEY] = labels.pop(TIMESTAMP_KEY)
-        publication = Publication(labels=labels, annotations=annotations)
+        # Every sink gets the same labels; the node sink itself moves the timestamp
+        # into an annotation when asked, so the feature file keeps it as a label.
+        publication = Publication(labels=dict(label_set.labels), annotations=dict(annotations))
         return self._publish(publication)
 
     def _read_failed(self, exc: GfdError) -> CycleOutcome:

@@ -275,7 +275,6 @@ def command_run(
                 sinks=factory.build(settings, stdout),
                 options=_label_options(settings, with_timestamp=True),
                 log=log,
-                timestamp_annotation=settings.timestamp_annotation,
                 telemetry=telemetry,
             )
             ever_succeeded = False
@@ -314,7 +313,6 @@ def command_run(
                         sinks=factory.build(settings, stdout),
                         options=_label_options(settings, with_timestamp=True),
                         log=log,
-                        timestamp_annotation=settings.timestamp_annotation,
                         telemetry=telemetry,
                     )
                     log.info("configuration reloaded", config_file=settings.config_file)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPerm
 from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions
 from gfd.sinks import Publication
+from gfd.sinks.featurefile import FeatureFileSink
 from tests.factories import make_facts, make_gpu
 
 
@@ -102,12 +104,16 @@ def test_cycle_publishes_labels_and_annotations() -> None:
     assert sink.current.annotations == {"nvidia.com/gpu.topology": "{}"}
 
 
-def test_timestamp_moves_to_annotation_when_asked() -> None:
-    sink = RecordingSink()
-    agent_with(scripted(GOOD), sink, timestamp_annotation=True).cycle()
-    assert sink.current is not None
-    assert "nvidia.com/gfd.timestamp" not in sink.current.labels
-    assert sink.current.annotations["nvidia.com/gfd.timestamp"] == "1700000000"
+def test_every_sink_gets_the_timestamp_label(tmp_path: Path) -> None:
+    """Moving it into a node annotation (--timestamp-annotation) is the node sink's job
+    (tests/kube/test_node_sink.py); the feature file beside it keeps the label."""
+    recording = RecordingSink()
+    output = tmp_path / "gfd"
+    agent_with(scripted(GOOD), recording, FeatureFileSink(output)).cycle()  # type: ignore[arg-type]
+    assert recording.current is not None
+    assert recording.current.labels["nvidia.com/gfd.timestamp"] == "1700000000"
+    assert "nvidia.com/gfd.timestamp" not in recording.current.annotations
+    assert "nvidia.com/gfd.timestamp=1700000000\n" in output.read_text()
 
 
 @pytest.mark.parametrize(

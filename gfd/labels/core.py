@@ -20,6 +20,8 @@ from gfd.labels.sharing import (
 )
 
 PREFIX = "nvidia.com/"
+#: Also the node annotation's key when the node sink carries the timestamp there.
+TIMESTAMP_KEY = f"{PREFIX}gfd.timestamp"
 MIB = 1 << 20
 
 PCI_CLASS_MODES = {0x030000: "graphics", 0x030200: "compute"}
@@ -27,7 +29,7 @@ PCI_CLASS_MODES = {0x030000: "graphics", 0x030200: "compute"}
 
 def timestamp_labels(timestamp: int | None) -> dict[str, str]:
     """``gfd.timestamp``: taken once per process start, so it does not churn every cycle."""
-    return {} if timestamp is None else {f"{PREFIX}gfd.timestamp": str(timestamp)}
+    return {} if timestamp is None else {TIMESTAMP_KEY: str(timestamp)}
 
 
 def driver_version_labels(facts: NodeFacts) -> dict[str, str]:

@@ -33,16 +33,17 @@ from typing import Any
 import structlog
 
 from gfd.errors import SinkError, SinkPermanentError
+from gfd.labels.core import TIMESTAMP_KEY
 from gfd.sinks import Publication
 from gfd.sinks.kube import MERGE_PATCH, KubeApiPermanentError, KubeClient, path_segment
+from gfd.topology.render import ANNOTATION_KEY
 
 log = structlog.get_logger("gfd.sinks.node")
 
 OWNERSHIP_ANNOTATION = "nvidia.com/gfd.labels"
 NFD_OWNERSHIP_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
 NFD_DEFAULT_PREFIX = "feature.node.kubernetes.io/"
-TOPOLOGY_ANNOTATION = "nvidia.com/gpu.topology"
-TIMESTAMP_KEY = "nvidia.com/gfd.timestamp"
+TOPOLOGY_ANNOTATION = ANNOTATION_KEY
 #: The node annotations gfd owns, besides its ownership annotation.
 OWNED_ANNOTATIONS = frozenset({TOPOLOGY_ANNOTATION, TIMESTAMP_KEY})
 #: The API server's limit on the total size of an object's annotations.
