@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind
@@ -74,6 +74,9 @@ class CycleOutcome:
     wrote: tuple[str, ...] = ()
     #: True when NVML could not be started at all (drives --fail-on-init-error).
     init_failure: bool = False
+    #: NVML could not start, and the labels of a node without GPUs were published
+    #: (``--fail-on-init-error=false``): a one-shot run has done its job.
+    published_without_nvml: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class Agent:
         self,
         *,
         read_facts: Callable[[], NodeFacts],
+        facts_without_nvml: Callable[[], NodeFacts] | None = None,
         sinks: Sequence[Sink],
         options: LabelOptions,
         log: Any,
@@ -124,6 +128,8 @@ class Agent:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read_facts = read_facts
+        self._facts_without_nvml = facts_without_nvml
+        self._published = False
         self.sinks = tuple(sinks)
         self.options = options
         self._log = log
@@ -155,7 +161,10 @@ class Agent:
         try:
             facts = self._read_facts()
         except GfdError as exc:
-            return self._read_failed(exc)
+            failed = self._read_failed(exc)
+            if failed.init_failure and self._facts_without_nvml and not self._published:
+                return self._publish_without_nvml(failed, self._facts_without_nvml)
+            return failed
         self._telemetry.nvml_up(True)
         try:
             label_set, annotations = compute_labels(facts, self.options, derive=self._derive)
@@ -185,6 +194,27 @@ class Agent:
             ok=False, reason=reason, kind=error_kind(exc), init_failure=init_failure
         )
 
+    def _publish_without_nvml(
+        self, failed: CycleOutcome, read: Callable[[], NodeFacts]
+    ) -> CycleOutcome:
+        """NVML never came up in this process: label the node as one without GPUs.
+
+        That is the reference's ``--fail-on-init-error=false``. The cycle still counts as
+        failed (NVML is down, retried with backoff); once any labels are out, a later
+        init failure keeps them instead of publishing this again.
+        """
+        label_set = build_labels(read(), self.options)
+        published = self._publish(Publication(labels=dict(label_set.labels), annotations={}))
+        if not published.ok:
+            return replace(failed, reason=f"{failed.reason}; {published.reason}")
+        return replace(
+            failed,
+            reason=f"{failed.reason}; labelled the node without GPUs until NVML starts",
+            labels=published.labels,
+            wrote=published.wrote,
+            published_without_nvml=True,
+        )
+
     def _publish(self, publication: Publication) -> CycleOutcome:
         wrote: list[str] = []
         failures: list[str] = []
@@ -208,6 +238,7 @@ class Agent:
                 labels=publication.labels,
                 wrote=tuple(wrote),
             )
+        self._published = True
         return CycleOutcome(ok=True, labels=publication.labels, wrote=tuple(wrote))
 
     def _report_drops(self, label_set: LabelSet) -> None:

@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -105,24 +106,48 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
 # Facts source (real NVML or the simulator)
 
 
-@contextlib.contextmanager
-def facts_source(settings: Settings) -> Iterator[FactsReader]:
-    """A function that reads facts, from the simulator when ``--simulate`` is set."""
-    from gfd.nvml.reader import read_facts
+@dataclass(frozen=True)
+class NodeReader:
+    """Reads this node's facts: through NVML, or (NVML down) what sysfs alone tells."""
 
+    sysfs_root: Path
+    machine_type_file: Path
+    #: None: the driver's libnvidia-ml.so.1; else a simulator library.
+    library_path: Path | None = None
+
+    def __call__(self) -> NodeFacts:
+        from gfd.nvml.reader import read_facts
+
+        return read_facts(
+            library_path=self.library_path,
+            sysfs_root=self.sysfs_root,
+            machine_type_file=self.machine_type_file,
+        )
+
+    def without_nvml(self) -> NodeFacts:
+        from gfd.nvml.reader import read_facts_without_nvml
+
+        return read_facts_without_nvml(
+            sysfs_root=self.sysfs_root, machine_type_file=self.machine_type_file
+        )
+
+
+@contextlib.contextmanager
+def facts_source(settings: Settings) -> Iterator[NodeReader]:
+    """The node's facts reader, on the simulator when ``--simulate`` is set."""
     if settings.simulate:
         from gfd.sim import simulate
 
         with simulate(settings.simulate) as machine:
-            yield lambda: read_facts(
-                library_path=machine.library_path,
+            yield NodeReader(
                 sysfs_root=machine.sysfs_root,
                 machine_type_file=machine.machine_type_file,
+                library_path=machine.library_path,
             )
         return
-    sysfs_root = Path(settings.sysfs_root)
-    machine_type_file = Path(settings.machine_type_file)
-    yield lambda: read_facts(sysfs_root=sysfs_root, machine_type_file=machine_type_file)
+    yield NodeReader(
+        sysfs_root=Path(settings.sysfs_root), machine_type_file=Path(settings.machine_type_file)
+    )
 
 
 # --------------------------------------------------------------------------- #
@@ -272,6 +297,7 @@ def command_run(
         with facts_source(settings) as read:
             agent = Agent(
                 read_facts=read,
+                facts_without_nvml=_without_nvml(settings, read),
                 sinks=factory.build(settings, stdout),
                 options=_label_options(settings, with_timestamp=True),
                 log=log,
@@ -283,7 +309,7 @@ def command_run(
                 outcome = agent.cycle()
                 ever_succeeded = ever_succeeded or outcome.ok
                 if settings.oneshot:
-                    if outcome.ok:
+                    if outcome.ok or outcome.published_without_nvml:
                         return EXIT_OK
                     print(f"gfd: error: {outcome.reason}", file=sys.stderr)
                     return EXIT_FAILED
@@ -310,6 +336,7 @@ def command_run(
                     pacer.sleep_interval = settings.sleep_interval
                     agent = Agent(
                         read_facts=read,
+                        facts_without_nvml=_without_nvml(settings, read),
                         sinks=factory.build(settings, stdout),
                         options=_label_options(settings, with_timestamp=True),
                         log=log,
@@ -324,6 +351,12 @@ def command_run(
         factory.close()
         if server is not None:
             server.close()
+
+
+def _without_nvml(settings: Settings, read: NodeReader) -> FactsReader | None:
+    """With ``--fail-on-init-error=false`` a node whose NVML cannot start is labelled
+    without GPUs (the reference does the same) until NVML comes up."""
+    return None if settings.fail_on_init_error else read.without_nvml
 
 
 def _start_metrics(settings: Settings, log: Any) -> tuple[Any, Any]:

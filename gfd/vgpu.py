@@ -165,14 +165,16 @@ def vgpu_from_functions(functions: list[PciFunction]) -> VgpuInfo:
 
 
 def read_vgpu(sysfs_root: Path) -> VgpuInfo | None:
-    """vGPU facts of the node, or None when there are no NVIDIA GPUs or config space is unreadable.
+    """vGPU facts of the node, or None when config space is unreadable.
 
-    Never raises: vGPU labels are optional, and an unprivileged pod must still label.
+    A node with no NVIDIA display function on its PCI bus is no vGPU guest (``present``
+    false), as the reference labels it. Never raises: vGPU labels are optional, and an
+    unprivileged pod must still label.
     """
     try:
         functions = nvidia_display_functions(sysfs_root)
     except UnreadableConfig:
         return None
     if not functions:
-        return None
+        return VgpuInfo(present=False)
     return vgpu_from_functions(functions)

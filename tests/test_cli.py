@@ -224,7 +224,10 @@ def test_init_failure_then_recovery_without_restart(tmp_path: Path) -> None:
         "-o",
         str(output),
     ) as process:
-        assert wait_for(output.exists, timeout=30), "labels never appeared after NVML came up"
+        # First the labels of a node without GPUs (the reference does the same), then the GPU's.
+        assert wait_for(
+            lambda: output.exists() and "gpu.product" in output.read_text(), timeout=30
+        ), "labels never appeared after NVML came up"
         assert process.poll() is None
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=5) == 0

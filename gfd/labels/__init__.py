@@ -6,7 +6,7 @@ fixed, documented order (later wins on a shared key):
 1. timestamp, 2. driver and CUDA versions, 3. machine, 4. full-GPU product
 labels (with sharing), 5. GPU mode, 6. MIG capability, 7. MIG strategy (overrides
 ``gpu.*`` under ``single``), 8. MPS capability, 9. per-model counts on nodes with
-several models, 10. vGPU, 11. fabric clique, 12. topology.
+several models, 10. vGPU, 11. fabric clique, 12. topology. A node without GPUs gets only 1 and 10.
 
 Sharing with MPS on a node with a MIG-enabled GPU raises
 :class:`gfd.errors.ConfigError`: the reference refuses that configuration too.
@@ -93,8 +93,19 @@ def build_labels(
     *,
     extra: Iterable[Callable[[NodeFacts], Mapping[str, str]]] = (),
 ) -> LabelSet:
-    """All labels for ``facts``: the core labelers in order, then ``extra`` labelers."""
-    parts: list[Mapping[str, str]] = [
+    """All labels for ``facts``: the core labelers in order, then ``extra`` labelers.
+
+    A node without GPUs (NVML reports none, or NVML is down under
+    ``--fail-on-init-error=false``) gets no GPU labels at all, not even ``cuda.*`` or
+    ``gpu.machine``: only the timestamp and the vGPU labels, as the reference does.
+    """
+    if not facts.gpus:
+        parts: list[Mapping[str, str]] = [
+            core.timestamp_labels(options.timestamp),
+            vgpu_labels(facts),
+        ]
+        return replace(validated(merge(parts)), withheld=withheld_vgpu_labels(facts))
+    parts = [
         core.timestamp_labels(options.timestamp),
         core.driver_version_labels(facts),
         core.cuda_runtime_labels(facts),

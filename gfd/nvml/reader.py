@@ -1,14 +1,24 @@
 """The NVML reader: the only code in gfd that imports ``pynvml``.
 
 One pass over NVML (and the few sysfs files NVML does not cover) builds a
-:class:`gfd.facts.NodeFacts`. NOT_SUPPORTED means "absent" (the field is None),
-never an error. Every other NVML failure becomes a :class:`gfd.errors.NvmlError`
-carrying NVML's error name. NVML is always shut down, also on error.
+:class:`gfd.facts.NodeFacts`. Every NVML call gfd makes is listed in :data:`NVML_CALLS`
+with its role:
 
-Where the NVML library comes from is a parameter: ``library_path=None`` lets
-pynvml load the driver's ``libnvidia-ml.so.1``; a path (the simulator) is loaded
-into pynvml's module state instead. pynvml keeps that state per process, so the
-loading is serialised by a lock here.
+* *required*: the identity of a GPU (count, handle, name, UUID, PCI info) and, on a
+  MIG-enabled GPU, its MIG devices; any error fails the read with a
+  :class:`gfd.errors.NvmlError` carrying NVML's error name.
+* *required, may be unsupported*: driver and CUDA versions, memory, compute
+  capability. Every driver branch exports them; NOT_SUPPORTED makes the fact absent.
+* *optional*: everything else. Not exported by this driver (FUNCTION_NOT_FOUND), not
+  supported, or invalid for this device makes that one fact absent, never the read;
+  where an older call gives the same fact, it is the fallback (fabric info v1 for
+  ``...FabricInfoV``, GPU instance profile info v1 for ``...ProfileInfoV``). Each
+  absence is logged once per process at debug level, with its cause.
+
+NVML is always shut down, also on error. Where the NVML library comes from is a
+parameter: ``library_path=None`` lets pynvml load the driver's ``libnvidia-ml.so.1``;
+a path (the simulator) is loaded into pynvml's module state instead. pynvml keeps that
+state per process, so the loading is serialised by a lock here.
 """
 
 from __future__ import annotations
@@ -17,8 +27,9 @@ import contextlib
 import ctypes
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import pynvml
 
@@ -53,6 +64,99 @@ MEDIA_EXTENSION_PROFILES = frozenset(
 #: nvml.h's ``nvmlGpuFabricInfo_v3``; pynvml's default fabric struct is still v2.
 FABRIC_INFO_V3 = 0x03000028
 
+CallRole = Literal["required", "unsupported-absent", "optional"]
+
+
+@dataclass(frozen=True)
+class NvmlCall:
+    """One NVML function the reader may call (``symbol`` as the library exports it)."""
+
+    symbol: str
+    role: CallRole
+    fact: str
+    #: What gives the fact when this call cannot: another call, or a sysfs file.
+    fallback: str = ""
+
+
+#: Every NVML function gfd's reader may call; ``docs/nvml.md`` is this table in prose
+#: (with the first driver branch exporting each, from :mod:`gfd.nvml.branches`).
+NVML_CALLS: tuple[NvmlCall, ...] = (
+    NvmlCall("nvmlInitWithFlags", "required", "NVML start-up"),
+    NvmlCall("nvmlShutdown", "required", "NVML shut-down"),
+    NvmlCall("nvmlErrorString", "required", "error messages"),
+    NvmlCall("nvmlSystemGetDriverVersion", "unsupported-absent", "driver_version"),
+    NvmlCall("nvmlSystemGetCudaDriverVersion", "unsupported-absent", "cuda_driver_version"),
+    NvmlCall("nvmlDeviceGetCount_v2", "required", "number of GPUs"),
+    NvmlCall("nvmlDeviceGetHandleByIndex_v2", "required", "GPU handles"),
+    NvmlCall("nvmlDeviceGetName", "required", "gpus[].name, mig_devices[].name"),
+    NvmlCall("nvmlDeviceGetUUID", "required", "gpus[].uuid, mig_devices[].uuid"),
+    NvmlCall("nvmlDeviceGetPciInfo_v3", "required", "gpus[].bus_id, pci_device_id"),
+    NvmlCall("nvmlDeviceGetMemoryInfo", "unsupported-absent", "gpus[].memory_total_bytes"),
+    NvmlCall(
+        "nvmlDeviceGetCudaComputeCapability", "unsupported-absent", "gpus[].compute_major/minor"
+    ),
+    NvmlCall("nvmlDeviceGetArchitecture", "optional", "gpus[].architecture"),
+    NvmlCall("nvmlDeviceGetBrand", "optional", "gpus[].brand"),
+    NvmlCall(
+        "nvmlDeviceGetNumaNodeId",
+        "optional",
+        "gpus[].gpu_numa_id (the GPU's own memory node on coherent platforms)",
+        "none for gpu_numa_id; gpus[].numa_node (the PCI device's node) always comes from "
+        "sysfs bus/pci/devices/<bdf>/numa_node",
+    ),
+    NvmlCall("nvmlDeviceGetCpuAffinity", "optional", "gpus[].cpu_affinity"),
+    NvmlCall("nvmlDeviceGetMigMode", "optional", "gpus[].mig_mode_current/pending"),
+    NvmlCall("nvmlDeviceGetMaxMigDeviceCount", "required", "MIG slots of a MIG-enabled GPU"),
+    NvmlCall("nvmlDeviceGetMigDeviceHandleByIndex", "required", "MIG device handles"),
+    NvmlCall("nvmlDeviceGetGpuInstanceId", "required", "mig_devices[].gpu_instance_id"),
+    NvmlCall("nvmlDeviceGetComputeInstanceId", "required", "mig_devices[].compute_instance_id"),
+    NvmlCall("nvmlDeviceGetAttributes_v2", "required", "mig_devices[] slices, engines"),
+    NvmlCall("nvmlDeviceGetGpuInstanceById", "required", "the GPU instance of a MIG device"),
+    NvmlCall("nvmlGpuInstanceGetInfo", "required", "mig_devices[].gi_profile_id"),
+    NvmlCall(
+        "nvmlDeviceGetGpuInstanceProfileInfoV",
+        "required",
+        "mig_devices[].gi_profile_index, gi_memory_mib",
+        "nvmlDeviceGetGpuInstanceProfileInfo (v1 struct; branch 470)",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetGpuInstanceProfileInfo",
+        "required",
+        "as ...ProfileInfoV, where that is not exported",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetFieldValues",
+        "optional",
+        "NVLink count (NVML_FI_DEV_NVLINK_LINK_COUNT)",
+        "probing nvmlDeviceGetNvLinkState link by link",
+    ),
+    NvmlCall("nvmlDeviceGetNvLinkState", "optional", "gpus[].nvlinks[].active"),
+    NvmlCall("nvmlDeviceGetNvLinkVersion", "optional", "gpus[].nvlink_version"),
+    NvmlCall("nvmlDeviceGetNvLinkRemotePciInfo_v2", "optional", "gpus[].nvlinks[].remote_bus_id"),
+    NvmlCall("nvmlDeviceGetNvLinkRemoteDeviceType", "optional", "gpus[].nvlinks[].remote_type"),
+    NvmlCall("nvmlDeviceGetTopologyCommonAncestor", "optional", "pci_pairs[]"),
+    NvmlCall(
+        "nvmlDeviceGetP2PStatus",
+        "optional",
+        "nvlink_p2p[] (NVLink reachability between GPU pairs)",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetGpuFabricInfoV",
+        "optional",
+        "gpus[].fabric",
+        "nvmlDeviceGetGpuFabricInfo (v1 struct, no health mask; branches 525 and 535)",
+    ),
+    NvmlCall("nvmlDeviceGetGpuFabricInfo", "optional", "gpus[].fabric where ...InfoV is missing"),
+)
+
+#: NVML errors that make an optional fact absent: the driver's library does not export the
+#: function, the device does not support it, or the call is not valid for this device.
+ABSENT_CODES: tuple[int, ...] = (
+    pynvml.NVML_ERROR_NOT_SUPPORTED,
+    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+    pynvml.NVML_ERROR_INVALID_ARGUMENT,
+)
+
 _NOT_READY_CODES = {
     pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
     pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
@@ -63,12 +167,17 @@ _ERROR_NAMES: dict[int, str] = {
     for name, value in vars(pynvml).items()
     if name.startswith("NVML_ERROR_") and isinstance(value, int)
 }
+#: Errors of the first fabric call that read as absent; FUNCTION_NOT_FOUND and a struct
+#: version mismatch have fallbacks instead.
+_FABRIC_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT)
 _LEVEL_NAMES = {value: name for name, value in PCI_LEVELS.items()}
 _REMOTE_TYPE_NAMES = {value: name for name, value in NVLINK_REMOTE_TYPES.items()}
 _FABRIC_STATE_NAMES = {value: name for name, value in FABRIC_STATES.items()}
 
 _library_lock = threading.Lock()
 _loaded_library: str | None = None
+#: (call, cause) pairs of absent optional facts already logged by this process.
+_logged_absences: set[tuple[str, str]] = set()
 
 T = TypeVar("T")
 
@@ -112,10 +221,14 @@ def _select_library(library_path: str | Path | None) -> None:
 
 
 class _Session:
-    """Calls into an initialised NVML, turning errors into gfd's and counting calls."""
+    """Calls into an initialised NVML, turning errors into gfd's and counting calls.
+
+    ``absences`` collects, per call, the cause that made an optional fact absent.
+    """
 
     def __init__(self) -> None:
         self.calls = 0
+        self.absences: dict[str, str] = {}
 
     def required(self, call: str, fn: Callable[..., T], *args: Any) -> T:
         self.calls += 1
@@ -124,9 +237,13 @@ class _Session:
         except pynvml.NVMLError as exc:
             raise _as_gfd_error(call, exc) from exc
 
-    def optional(self, call: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """NOT_SUPPORTED (and NOT_FOUND for per-link calls) reads as absent."""
+    def unsupported_absent(self, call: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """A call every driver exports: only NOT_SUPPORTED reads as absent."""
         return self.absent_on(call, (pynvml.NVML_ERROR_NOT_SUPPORTED,), fn, *args)
+
+    def optional(self, call: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """Not exported, not supported or not valid for this device reads as absent."""
+        return self.absent_on(call, ABSENT_CODES, fn, *args)
 
     def absent_on(
         self, call: str, codes: tuple[int, ...], fn: Callable[..., T], *args: Any
@@ -137,8 +254,24 @@ class _Session:
             return fn(*args)
         except pynvml.NVMLError as exc:
             if exc.value in codes:
+                self.absences.setdefault(call, error_name(int(exc.value)))
                 return None
             raise _as_gfd_error(call, exc) from exc
+
+
+def _log_new_absences(absences: dict[str, str]) -> None:
+    """One debug line per (call, cause) per process: absences repeat every cycle."""
+    new = [
+        (call, cause) for call, cause in absences.items() if (call, cause) not in _logged_absences
+    ]
+    if not new:
+        return
+    import structlog
+
+    log = structlog.get_logger("gfd.nvml")
+    for call, cause in sorted(new):
+        _logged_absences.add((call, cause))
+        log.debug("NVML fact absent", call=call, cause=cause)
 
 
 def read_facts(
@@ -154,17 +287,35 @@ def read_facts(
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             raise _as_gfd_error("nvmlInit", exc) from exc
+        session = _Session()
         try:
-            return _read_all(_Session(), sysfs_root, machine_type_file)
+            facts = _read_all(session, sysfs_root, machine_type_file)
         finally:
             # A failed shutdown cannot be acted on; the read result (or error) stands.
             with contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
+    _log_new_absences(session.absences)
+    return facts
+
+
+def read_facts_without_nvml(
+    *,
+    sysfs_root: Path = DEFAULT_SYSFS_ROOT,
+    machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
+) -> NodeFacts:
+    """The facts of a node whose NVML cannot start: no GPUs, and what sysfs still tells.
+
+    This is what ``--fail-on-init-error=false`` labels while the driver is not loaded, as
+    the reference does (it labels such a node ``vgpu.present`` only).
+    """
+    return NodeFacts(machine_type=_read_machine_type(machine_type_file), vgpu=read_vgpu(sysfs_root))
 
 
 def _read_all(nv: _Session, sysfs_root: Path, machine_type_file: Path) -> NodeFacts:
-    driver = nv.optional("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
-    cuda = nv.optional("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion)
+    driver = nv.unsupported_absent("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
+    cuda = nv.unsupported_absent(
+        "nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion
+    )
     count = nv.required("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
     handles = [
         nv.required("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i)
@@ -209,8 +360,10 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path) -> Gpu:
     uuid = _text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
     pci = nv.required("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo_v3, handle)
     bus_id = _text(pci.busId).upper()
-    memory = nv.optional("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle)
-    compute = nv.optional(
+    memory = nv.unsupported_absent(
+        "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle
+    )
+    compute = nv.unsupported_absent(
         "nvmlDeviceGetCudaComputeCapability", pynvml.nvmlDeviceGetCudaComputeCapability, handle
     )
     architecture = nv.optional(
@@ -302,7 +455,7 @@ def _nvlink_count(nv: _Session, handle: Any) -> int:
         try:
             pynvml.nvmlDeviceGetNvLinkState(handle, link)
         except pynvml.NVMLError as exc:
-            if exc.value in (pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_SUPPORTED):
+            if exc.value in ABSENT_CODES:
                 break
             raise _as_gfd_error("nvmlDeviceGetNvLinkState", exc) from exc
         count = link + 1
@@ -333,17 +486,39 @@ def _read_mig_devices(nv: _Session, handle: Any) -> tuple[MigDevice, ...]:
 
 
 def _gpu_instance_profiles(nv: _Session, handle: Any) -> dict[int, tuple[int, Any]]:
-    """GPU instance profile id → (``NVML_GPU_INSTANCE_PROFILE_*`` index, profile info)."""
+    """GPU instance profile id → (``NVML_GPU_INSTANCE_PROFILE_*`` index, profile info).
+
+    Through ``nvmlDeviceGetGpuInstanceProfileInfoV`` (v2 struct), or the v1 call where the
+    driver's library does not export it (branch 470): both carry the id and memory size.
+    """
+    version = 2
     profiles: dict[int, tuple[int, Any]] = {}
     for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
         # pynvml builds the versioned struct and passes it by reference itself.
-        info = nv.absent_on(
-            "nvmlDeviceGetGpuInstanceProfileInfoV",
-            (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
-            pynvml.nvmlDeviceGetGpuInstanceProfileInfoV,
-            handle,
-            profile_index,
-        )
+        try:
+            info = nv.absent_on(
+                "nvmlDeviceGetGpuInstanceProfileInfoV"
+                if version == 2
+                else "nvmlDeviceGetGpuInstanceProfileInfo",
+                (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
+                pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
+                handle,
+                profile_index,
+                version,
+            )
+        except NvmlError as exc:
+            if exc.code != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND or version == 1:
+                raise
+            version = 1
+            nv.absences.setdefault("nvmlDeviceGetGpuInstanceProfileInfoV", exc.name)
+            info = nv.absent_on(
+                "nvmlDeviceGetGpuInstanceProfileInfo",
+                (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
+                pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
+                handle,
+                profile_index,
+                version,
+            )
         if info is not None:
             profiles.setdefault(int(info.id), (profile_index, info))
     return profiles
@@ -396,45 +571,38 @@ def _read_mig_device(
 
 
 def _read_fabric(nv: _Session, handle: Any) -> FabricInfo | None:
-    """Fabric info through the v3 struct (current drivers), else v2 (older drivers refuse v3)."""
-    v3: Any = pynvml.c_nvmlGpuFabricInfo_v3_t()
-    v3.version = FABRIC_INFO_V3
+    """Fabric info: ``...FabricInfoV`` with the v3 struct (current drivers), v2 when the
+    driver refuses v3, and the v1 call ``...FabricInfo`` where ``...InfoV`` is not
+    exported (branches 525 and 535); absent on branch 470, which has neither."""
+    info: Any = pynvml.c_nvmlGpuFabricInfo_v3_t()
+    info.version = FABRIC_INFO_V3
+    # pynvml hands the argument straight to C: it must be a pointer.
+    call, fn = "nvmlDeviceGetGpuFabricInfoV", pynvml.nvmlDeviceGetGpuFabricInfoV
     try:
-        try:
-            # pynvml hands the argument straight to C: it must be a pointer.
-            done = nv.optional(
-                "nvmlDeviceGetGpuFabricInfoV",
-                pynvml.nvmlDeviceGetGpuFabricInfoV,
-                handle,
-                ctypes.byref(v3),
-            )
-            info: Any = v3
-        except NvmlError as exc:
-            if exc.code != pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
-                raise
-            info = pynvml.c_nvmlGpuFabricInfoV_t()
-            done = nv.optional(
-                "nvmlDeviceGetGpuFabricInfoV",
-                pynvml.nvmlDeviceGetGpuFabricInfoV,
-                handle,
-                ctypes.byref(info),
-            )
+        done = nv.absent_on(call, _FABRIC_ABSENT, fn, handle, ctypes.byref(info))
     except NvmlError as exc:
-        # Drivers older than the fabric API do not export the symbol at all.
-        if exc.code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
-            return None
-        raise
+        if exc.code == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+            info = pynvml.c_nvmlGpuFabricInfoV_t()
+        elif exc.code == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            nv.absences.setdefault(call, exc.name)
+            info = pynvml.c_nvmlGpuFabricInfo_t()
+            call, fn = "nvmlDeviceGetGpuFabricInfo", pynvml.nvmlDeviceGetGpuFabricInfo
+        else:
+            raise
+        done = nv.optional(call, fn, handle, ctypes.byref(info))
     if done is None:
         return None
     raw = bytes(info.clusterUuid)
     hexed = raw.hex()
     uuid = f"{hexed[0:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:32]}"
+    # The v1 struct has no health mask.
+    health_mask = getattr(info, "healthMask", None)
     return FabricInfo(
         cluster_uuid=uuid,
         clique_id=int(info.cliqueId),
         state=_FABRIC_STATE_NAMES.get(int(info.state), "not-supported"),  # type: ignore[arg-type]
         status=int(info.status),
-        health_mask=int(info.healthMask),
+        health_mask=int(health_mask) if health_mask is not None else None,
     )
 
 

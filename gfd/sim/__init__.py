@@ -7,6 +7,11 @@ fake sysfs tree into a temporary directory and points the C library
 (``_nvmlsim``, built from ``nvmlsim.c``) at them. The reader then runs its normal
 code path against ``SimulatedMachine.library_path`` and ``sysfs_root``.
 
+The library exports what the real library of the machine's driver branch exports
+(:mod:`gfd.nvml.branches`): a machine with driver 470.256.02 has no
+``nvmlDeviceGetNumaNodeId``, as on a real node. For an older branch the library is a
+copy with the missing functions hidden (:mod:`gfd.sim.branch_library`).
+
 pynvml keeps one library per process and caches its symbols, so the library is
 loaded once (``ctypes.CDLL`` of the same path returns the same ``dlopen``
 handle pynvml gets) and reconfigured for each machine. One simulated machine is
@@ -15,6 +20,7 @@ active per process at a time.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import importlib.machinery
@@ -28,6 +34,8 @@ from pathlib import Path
 
 from gfd.errors import GfdError
 from gfd.facts import FactsError, NodeFacts, facts_from_dict, facts_to_dict, parse_document
+from gfd.nvml.branches import LATEST_BRANCH, driver_branch
+from gfd.sim.branch_library import BranchLibraries, hidden_in, write_without_exports
 from gfd.sim.faults import NO_FAULTS, CallError, Faults, GpuLost, check_faults, parse_faults
 from gfd.sim.machine_file import check_servable, render_machine_file
 from gfd.sim.sysfs_tree import write_sysfs_tree
@@ -138,6 +146,26 @@ def library_path() -> Path:
 
 _loaded: dict[Path, ctypes.CDLL] = {}
 _active = threading.Lock()
+_branch_libraries: BranchLibraries | None = None
+
+
+def machine_branch(facts: NodeFacts) -> int:
+    """The driver branch whose NVML exports the simulator emulates for ``facts``.
+
+    ``check_servable`` has already refused a version of no known branch.
+    """
+    if facts.driver_version is None:
+        return LATEST_BRANCH
+    return driver_branch(facts.driver_version)
+
+
+def branch_library_path(branch: int) -> Path:
+    """This process's simulator library exporting what ``branch`` exports."""
+    global _branch_libraries
+    if _branch_libraries is None:
+        _branch_libraries = BranchLibraries(library_path())
+        atexit.register(_branch_libraries.remove)
+    return _branch_libraries.path(branch)
 
 
 def _library(path: Path) -> ctypes.CDLL:
@@ -180,15 +208,22 @@ def _as_profile(profile: str | Path | SimulationProfile | NodeFacts) -> Simulati
 
 
 def prepare_machine(
-    profile: str | Path | SimulationProfile | NodeFacts, directory: Path
+    profile: str | Path | SimulationProfile | NodeFacts,
+    directory: Path,
+    *,
+    library: Path | None = None,
 ) -> SimulatedMachine:
     """Write the machine file, sysfs tree and ``lib/libnvidia-ml.so.1`` into ``directory``.
 
+    ``lib/libnvidia-ml.so.1`` exports what the machine's driver branch exports: a link to
+    ``library`` when given (it must be that branch's library), else a link to the built
+    simulator for the latest branch, or a copy of it with the missing functions hidden.
     Nothing is configured: this is what another process needs, through
     :meth:`SimulatedMachine.environment` (``python -m gfd.sim`` prints it).
     """
     resolved = _as_profile(profile)
-    path = library_path()
+    full = library_path()
+    branch = machine_branch(resolved.facts)
     directory.mkdir(parents=True, exist_ok=True)
     config_path = directory / "machine.conf"
     config_path.write_text(render_machine_file(resolved.facts, resolved.faults), encoding="utf-8")
@@ -199,9 +234,14 @@ def prepare_machine(
     link = nvml_dir / NVML_SONAME
     if link.is_symlink() or link.exists():
         link.unlink()
-    link.symlink_to(path)
+    if library is not None or branch == LATEST_BRANCH:
+        served = library if library is not None else full
+        link.symlink_to(served)
+    else:
+        write_without_exports(full, link, hidden_in(branch))
+        served = link
     return SimulatedMachine(
-        library_path=path,
+        library_path=served,
         sysfs_root=sysfs_root,
         machine_type_file=machine_type_file,
         profile=resolved,
@@ -212,7 +252,10 @@ def prepare_machine(
 
 @contextlib.contextmanager
 def simulate(
-    profile: str | Path | SimulationProfile | NodeFacts, *, workdir: Path | None = None
+    profile: str | Path | SimulationProfile | NodeFacts,
+    *,
+    workdir: Path | None = None,
+    library: Path | None = None,
 ) -> Iterator[SimulatedMachine]:
     """Serve ``profile`` through the simulator library for the duration of the block.
 
@@ -220,9 +263,12 @@ def simulate(
     The machine file and sysfs tree go to a new directory under ``workdir`` (the
     system temporary directory by default), removed afterwards; the library is
     left unconfigured on exit, so a late ``nvmlInit`` fails like a driverless host.
+    ``library`` serves the machine through that simulator library (e.g. the full
+    :func:`library_path`, whatever the driver branch) instead of the branch's own.
     """
     resolved = _as_profile(profile)
-    library = _library(library_path())
+    served = library if library is not None else branch_library_path(machine_branch(resolved.facts))
+    library = _library(served)
     if not _active.acquire(blocking=False):
         raise GfdError(
             "a simulated machine is already active in this process; NVML has one "
@@ -231,7 +277,7 @@ def simulate(
     try:
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
         try:
-            machine = prepare_machine(resolved, directory)
+            machine = prepare_machine(resolved, directory, library=served)
             configure_library(library, machine.config_path)
             try:
                 yield machine

@@ -19,6 +19,7 @@ from gfd.facts import (
     NodeFacts,
     VgpuInfo,
 )
+from gfd.nvml.branches import FIRST_EXPORTED_IN, UnknownBranchError, driver_branch, exported_in
 from gfd.sim.faults import Faults
 from gfd.vgpu import DISPLAY_BASE_CLASS, HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 
@@ -80,6 +81,11 @@ def check_servable(facts: NodeFacts, source: str) -> None:
     """Raise FactsError if NVML could not report ``facts`` exactly as written."""
     if facts.driver_version is not None:
         _check_text(facts.driver_version, DRIVER_VERSION_BUFFER, source, "driver_version")
+        try:
+            branch = driver_branch(facts.driver_version)
+        except UnknownBranchError as exc:
+            raise FactsError(source, "driver_version", str(exc)) from None
+        _check_branch_serves(facts, branch, source)
     if facts.cuda_driver_version is not None and not 0 <= facts.cuda_driver_version < 2**31:
         raise FactsError(source, "cuda_driver_version", "must fit a C int and not be negative")
     if facts.machine_type is not None and (
@@ -181,6 +187,39 @@ def check_servable(facts: NodeFacts, source: str) -> None:
                 limit = 2**64 if name == "memory_total_bytes" else 2**32
                 if not 0 <= value < limit:
                     raise FactsError(source, f"{mwhere}.{name}", f"{value} is out of range")
+
+
+#: Facts that only some branches' NVML can report: field of Gpu → the function serving it.
+_BRANCH_FIELDS = (
+    ("gpu_numa_id", ("nvmlDeviceGetNumaNodeId",)),
+    ("fabric", ("nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo")),
+)
+
+
+def _check_branch_serves(facts: NodeFacts, branch: int, source: str) -> None:
+    """A fact the driver branch's NVML has no function for cannot be served as written."""
+    for i, gpu in enumerate(facts.gpus):
+        for name, functions in _BRANCH_FIELDS:
+            if getattr(gpu, name) is None or any(exported_in(f, branch) for f in functions):
+                continue
+            first = min(FIRST_EXPORTED_IN[f] for f in functions)
+            raise FactsError(
+                source,
+                f"gpus[{i}].{name}",
+                f"driver {facts.driver_version} (branch {branch}) has no {functions[-1]}; "
+                f"remove the field or name a driver of branch {first} or later",
+            )
+        if (
+            gpu.fabric is not None
+            and gpu.fabric.health_mask is not None
+            and not exported_in("nvmlDeviceGetGpuFabricInfoV", branch)
+        ):
+            raise FactsError(
+                source,
+                f"gpus[{i}].fabric.health_mask",
+                f"driver {facts.driver_version} (branch {branch}) reports fabric info through "
+                "nvmlDeviceGetGpuFabricInfo, which has no health mask; set it to null",
+            )
 
 
 def _check_vgpu(facts: NodeFacts, vgpu: VgpuInfo, source: str) -> None:

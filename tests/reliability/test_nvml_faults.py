@@ -115,8 +115,13 @@ def test_driver_not_loaded_at_start_then_loaded(tmp_path: Path) -> None:
     ) as agent:  # fmt: skip
         failures = agent.wait_for_event("cycle failed", count=2, kind="nvml-not-ready")
         assert all("NVML_ERROR_DRIVER_NOT_LOADED" in e["reason"] for e in failures)
-        agent.wait_for(output.exists, "the feature file once the driver is up")
-        assert parse_label_lines(output.read_text()) == expected_labels("dgx-h100")
+        # Until then the node was labelled as one without GPUs, as the reference does.
+        assert "labelled the node without GPUs" in failures[0]["reason"]
+        assert "labelled the node without GPUs" not in failures[1]["reason"]
+        agent.wait_for(
+            lambda: parse_label_lines(output.read_text()) == expected_labels("dgx-h100"),
+            "the GPU labels once the driver is up",
+        )
         assert agent.alive()
         agent.wait_for(lambda: agent.get("/readyz")[0] == 200, "/readyz to turn 200")
         assert agent.metric("gfd_cycle_errors_total", kind="nvml-not-ready") == 2

@@ -11,7 +11,8 @@ import pynvml
 import pytest
 
 from gfd.facts import FactsError
-from gfd.sim import CallError, Faults, GpuLost, SimulationProfile, load_profile, simulate
+from gfd.sim import CallError, Faults, GpuLost, SimulationProfile, load_profile
+from tests.sim import simulate_raw
 
 from .test_sim_nvml import nvml_fails
 
@@ -22,7 +23,7 @@ def with_faults(name: str, faults: Faults) -> SimulationProfile:
 
 def test_call_error_for_every_gpu(nvml: ModuleType) -> None:
     faults = Faults(errors=(CallError(call="nvmlDeviceGetName", code=999),))
-    with simulate(with_faults("pcie-l4x4", faults)):
+    with simulate_raw(with_faults("pcie-l4x4", faults)):
         nvml.nvmlInit()
         for index in range(4):
             with nvml_fails(pynvml.NVML_ERROR_UNKNOWN):
@@ -33,7 +34,7 @@ def test_call_error_for_every_gpu(nvml: ModuleType) -> None:
 
 def test_call_error_for_one_gpu_and_a_limited_number_of_times(nvml: ModuleType) -> None:
     faults = Faults(errors=(CallError(call="nvmlDeviceGetMemoryInfo", code=15, gpu=2, times=2),))
-    with simulate(with_faults("pcie-l4x4", faults)):
+    with simulate_raw(with_faults("pcie-l4x4", faults)):
         nvml.nvmlInit()
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(4)]
         assert nvml.nvmlDeviceGetMemoryInfo(handles[1]).total > 0
@@ -51,7 +52,7 @@ def test_system_call_error_and_pair_call_error(nvml: ModuleType) -> None:
             CallError(call="nvmlDeviceGetTopologyCommonAncestor", code=999, gpu=3),
         )
     )
-    with simulate(with_faults("pcie-l4x4", faults)):
+    with simulate_raw(with_faults("pcie-l4x4", faults)):
         nvml.nvmlInit()
         with nvml_fails(pynvml.NVML_ERROR_NO_PERMISSION):
             nvml.nvmlSystemGetDriverVersion()
@@ -66,7 +67,7 @@ def test_system_call_error_and_pair_call_error(nvml: ModuleType) -> None:
 
 def test_gpu_lost_after_n_calls_and_stays_lost(nvml: ModuleType) -> None:
     faults = Faults(gpu_lost=(GpuLost(gpu=1, after_calls=3),))
-    with simulate(with_faults("pcie-l4x4", faults)):
+    with simulate_raw(with_faults("pcie-l4x4", faults)):
         nvml.nvmlInit()
         gpu1 = nvml.nvmlDeviceGetHandleByIndex(1)  # call 1 on GPU 1
         nvml.nvmlDeviceGetName(gpu1)  # 2
@@ -89,7 +90,7 @@ def test_gpu_lost_after_n_calls_and_stays_lost(nvml: ModuleType) -> None:
 
 def test_driver_not_loaded_for_the_first_inits(nvml: ModuleType, lib: ctypes.CDLL) -> None:
     faults = Faults(driver_not_loaded_inits=2)
-    with simulate(with_faults("t4-single", faults)):
+    with simulate_raw(with_faults("t4-single", faults)):
         with nvml_fails(pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
             nvml.nvmlInit()
         assert lib.nvmlInit_v2() == pynvml.NVML_ERROR_DRIVER_NOT_LOADED
@@ -102,7 +103,7 @@ def test_driver_not_loaded_for_the_first_inits(nvml: ModuleType, lib: ctypes.CDL
 
 def test_init_itself_can_fail(nvml: ModuleType) -> None:
     faults = Faults(errors=(CallError(call="nvmlInitWithFlags", code=18, times=1),))
-    with simulate(with_faults("t4-single", faults)):
+    with simulate_raw(with_faults("t4-single", faults)):
         with nvml_fails(pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH):
             nvml.nvmlInit()
         nvml.nvmlInit()
@@ -119,7 +120,7 @@ def test_reconfiguring_resets_counters(nvml: ModuleType) -> None:
         ),
     )
     for _ in range(2):
-        with simulate(profile):
+        with simulate_raw(profile):
             with nvml_fails(pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
                 nvml.nvmlInit()
             nvml.nvmlInit()
@@ -146,5 +147,5 @@ def test_reconfiguring_resets_counters(nvml: ModuleType) -> None:
 )
 def test_faults_built_in_code_are_validated(faults: Faults, field: str) -> None:
     profile = SimulationProfile(facts=load_profile("t4-single").facts, faults=faults)
-    with pytest.raises(FactsError, match=re.escape(f"<profile>: {field}: ")), simulate(profile):
+    with pytest.raises(FactsError, match=re.escape(f"<profile>: {field}: ")), simulate_raw(profile):
         pass

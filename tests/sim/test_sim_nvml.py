@@ -13,7 +13,8 @@ import pynvml
 import pytest
 
 from gfd.facts import FabricInfo, Gpu, MigDevice, NodeFacts, NvLink, PciPair, cpulist_to_ids
-from gfd.sim import SimulationProfile, load_profile, simulate
+from gfd.sim import SimulationProfile, load_profile
+from tests.sim import simulate_raw
 
 MIB = 2**20
 #: The dgx-a100 profile with MIG enabled in a mixed layout (a test fixture; the bundled
@@ -71,7 +72,7 @@ def a100_mig(
 
 def test_calls_before_init_are_uninitialized(nvml: ModuleType, lib: ctypes.CDLL) -> None:
     count = ctypes.c_uint()
-    with simulate("t4-single"):
+    with simulate_raw("t4-single"):
         assert lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == pynvml.NVML_ERROR_UNINITIALIZED
         assert lib.nvmlShutdown() == pynvml.NVML_ERROR_UNINITIALIZED
         with nvml_fails(pynvml.NVML_ERROR_UNINITIALIZED):
@@ -80,7 +81,7 @@ def test_calls_before_init_are_uninitialized(nvml: ModuleType, lib: ctypes.CDLL)
 
 def test_init_is_reference_counted(nvml: ModuleType, lib: ctypes.CDLL) -> None:
     count = ctypes.c_uint()
-    with simulate("t4-single"):
+    with simulate_raw("t4-single"):
         nvml.nvmlInit()
         assert lib.nvmlInit_v2() == pynvml.NVML_SUCCESS
         assert lib.nvmlInit() == pynvml.NVML_SUCCESS
@@ -98,7 +99,7 @@ def test_unconfigured_library_behaves_like_a_host_without_driver(
 ) -> None:
     # The library reads the process environment at nvmlInit; make sure it is clean.
     monkeypatch.delenv("GFD_SIM_CONFIG", raising=False)
-    with simulate("t4-single"):
+    with simulate_raw("t4-single"):
         pass
     with nvml_fails(pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
         nvml.nvmlInit()
@@ -116,7 +117,7 @@ def test_error_strings(nvml: ModuleType, lib: ctypes.CDLL) -> None:
 
 
 def test_system_versions(nvml: ModuleType, lib: ctypes.CDLL) -> None:
-    with simulate("dgx-h100"):
+    with simulate_raw("dgx-h100"):
         nvml.nvmlInit()
         assert nvml.nvmlSystemGetDriverVersion() == "570.148.08"
         assert nvml.nvmlSystemGetCudaDriverVersion() == 12080
@@ -130,7 +131,7 @@ def test_system_versions(nvml: ModuleType, lib: ctypes.CDLL) -> None:
 
 
 def test_absent_system_facts_are_not_supported(nvml: ModuleType) -> None:
-    with simulate(NodeFacts(gpus=(bare_gpu(0),))):
+    with simulate_raw(NodeFacts(gpus=(bare_gpu(0),))):
         nvml.nvmlInit()
         with nvml_fails(pynvml.NVML_ERROR_NOT_SUPPORTED):
             nvml.nvmlSystemGetDriverVersion()
@@ -144,7 +145,7 @@ def test_absent_system_facts_are_not_supported(nvml: ModuleType) -> None:
 
 def test_device_identity_matches_the_profile(nvml: ModuleType) -> None:
     profile = load_profile("dgx-h100")
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         assert nvml.nvmlDeviceGetCount() == 8
         for gpu in profile.facts.gpus:
@@ -173,7 +174,7 @@ def test_device_identity_matches_the_profile(nvml: ModuleType) -> None:
 
 def test_handle_lookups(nvml: ModuleType, lib: ctypes.CDLL) -> None:
     profile = load_profile("dgx-a100")
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         third = nvml.nvmlDeviceGetHandleByIndex(2)
         for form in ("00000000:47:00.0", "0000:47:00.0", "0000:47:00.0".lower(), "47:00.0"):
@@ -195,7 +196,7 @@ def test_handle_lookups(nvml: ModuleType, lib: ctypes.CDLL) -> None:
 
 
 def test_foreign_and_null_handles_are_invalid(nvml: ModuleType, lib: ctypes.CDLL) -> None:
-    with simulate("t4-single"):
+    with simulate_raw("t4-single"):
         nvml.nvmlInit()
         bogus = pynvml.c_nvmlDevice_t()  # NULL
         with nvml_fails(pynvml.NVML_ERROR_INVALID_ARGUMENT):
@@ -221,7 +222,7 @@ def test_foreign_and_null_handles_are_invalid(nvml: ModuleType, lib: ctypes.CDLL
 
 
 def test_absent_device_facts_are_not_supported(nvml: ModuleType) -> None:
-    with simulate(NodeFacts(driver_version="550.1", gpus=(bare_gpu(0),))):
+    with simulate_raw(NodeFacts(driver_version="550.1", gpus=(bare_gpu(0),))):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetPciInfo_v3(handle).pciDeviceId == 0
@@ -245,7 +246,7 @@ def test_absent_device_facts_are_not_supported(nvml: ModuleType) -> None:
 
 
 def test_memory_v2_checks_the_struct_version(nvml: ModuleType) -> None:
-    with simulate("t4-single"):
+    with simulate_raw("t4-single"):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         with nvml_fails(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH):
@@ -254,7 +255,7 @@ def test_memory_v2_checks_the_struct_version(nvml: ModuleType) -> None:
 
 
 def test_display_mode_follows_the_pci_class(nvml: ModuleType) -> None:
-    with simulate("rtx4090x8"):
+    with simulate_raw("rtx4090x8"):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetDisplayMode(handle) == pynvml.NVML_FEATURE_ENABLED
@@ -264,7 +265,7 @@ def test_display_mode_follows_the_pci_class(nvml: ModuleType) -> None:
 
 def test_gpu_numa_id_is_served_when_known(nvml: ModuleType) -> None:
     facts = NodeFacts(gpus=(bare_gpu(0, gpu_numa_id=1, numa_node=0),))
-    with simulate(facts):
+    with simulate_raw(facts):
         nvml.nvmlInit()
         assert nvml.nvmlDeviceGetNumaNodeId(nvml.nvmlDeviceGetHandleByIndex(0)) == 1
         nvml.nvmlShutdown()
@@ -272,7 +273,7 @@ def test_gpu_numa_id_is_served_when_known(nvml: ModuleType) -> None:
 
 def test_cpu_affinity_bitmask(nvml: ModuleType, lib: ctypes.CDLL) -> None:
     profile = load_profile("dgx-a100")
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         for gpu in profile.facts.gpus:
             words = nvml.nvmlDeviceGetCpuAffinity(nvml.nvmlDeviceGetHandleByIndex(gpu.index), 64)
@@ -292,7 +293,7 @@ def test_cpu_affinity_bitmask(nvml: ModuleType, lib: ctypes.CDLL) -> None:
 
 def test_common_ancestor_serves_every_pair(nvml: ModuleType) -> None:
     profile = load_profile("k80-pcie-tree")
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
         for pair in profile.facts.pci_pairs:
@@ -308,7 +309,7 @@ def test_unknown_pair_level_is_not_supported(nvml: ModuleType) -> None:
     facts = NodeFacts(
         gpus=(bare_gpu(0), bare_gpu(1), bare_gpu(2)), pci_pairs=(PciPair(0, 1, "node"),)
     )
-    with simulate(facts):
+    with simulate_raw(facts):
         nvml.nvmlInit()
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
         assert nvml.nvmlDeviceGetTopologyCommonAncestor(h[1], h[0]) == 40
@@ -322,7 +323,7 @@ def indices(nvml: ModuleType, handles: list[object]) -> list[int]:
 
 
 def test_nearest_gpus_two_call_protocol(nvml: ModuleType, lib: ctypes.CDLL) -> None:
-    with simulate("k80-pcie-tree"):
+    with simulate_raw("k80-pcie-tree"):
         nvml.nvmlInit()
         gpu4 = nvml.nvmlDeviceGetHandleByIndex(4)
         count = ctypes.c_uint(0)
@@ -354,7 +355,7 @@ def test_nearest_gpus_two_call_protocol(nvml: ModuleType, lib: ctypes.CDLL) -> N
 
 
 def test_topology_gpu_set_by_cpu(nvml: ModuleType, lib: ctypes.CDLL) -> None:
-    with simulate("dgx-h100"):
+    with simulate_raw("dgx-h100"):
         nvml.nvmlInit()
         count = ctypes.c_uint(0)
         assert lib.nvmlSystemGetTopologyGpuSet(100, ctypes.byref(count), None) == 0
@@ -368,7 +369,7 @@ def test_topology_gpu_set_by_cpu(nvml: ModuleType, lib: ctypes.CDLL) -> None:
 
 def test_p2p_status(nvml: ModuleType) -> None:
     read, nvlink, atomics = 0, pynvml.NVML_P2P_CAPS_INDEX_NVLINK, pynvml.NVML_P2P_CAPS_INDEX_ATOMICS
-    with simulate("dgx1-v100"):
+    with simulate_raw("dgx1-v100"):
         nvml.nvmlInit()
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
         assert nvml.nvmlDeviceGetP2PStatus(h[0], h[1], nvlink) == pynvml.NVML_P2P_STATUS_OK
@@ -386,13 +387,13 @@ def test_p2p_status(nvml: ModuleType) -> None:
         with nvml_fails(pynvml.NVML_ERROR_INVALID_ARGUMENT):
             nvml.nvmlDeviceGetP2PStatus(h[0], h[1], 5)
         nvml.nvmlShutdown()
-    with simulate("dgx-a100"):
+    with simulate_raw("dgx-a100"):
         nvml.nvmlInit()
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
         # NVSwitch: every pair reaches every other through a shared switch.
         assert nvml.nvmlDeviceGetP2PStatus(h[0], h[7], nvlink) == pynvml.NVML_P2P_STATUS_OK
         nvml.nvmlShutdown()
-    with simulate("rtx4090x8"):
+    with simulate_raw("rtx4090x8"):
         nvml.nvmlInit()
         h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(2)]
         assert (
@@ -416,7 +417,7 @@ def link_count(nvml: ModuleType, handle: object) -> int | None:
 
 def test_nvlink_to_switches(nvml: ModuleType) -> None:
     profile = load_profile("dgx-h100")
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         for gpu in profile.facts.gpus:
             handle = nvml.nvmlDeviceGetHandleByIndex(gpu.index)
@@ -445,7 +446,7 @@ def test_nvlink_point_to_point_counts_links_per_peer(nvml: ModuleType) -> None:
         [0, 0, 1, 0, 1, 2, 0, 2],
         [0, 0, 0, 1, 2, 1, 2, 0],
     ]
-    with simulate("dgx1-v100"):
+    with simulate_raw("dgx1-v100"):
         nvml.nvmlInit()
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
         buses = [nvml.nvmlDeviceGetPciInfo_v3(h).busId for h in handles]
@@ -461,7 +462,7 @@ def test_nvlink_point_to_point_counts_links_per_peer(nvml: ModuleType) -> None:
 
 
 def test_no_nvlink_gpu(nvml: ModuleType) -> None:
-    with simulate("pcie-l4x4"):
+    with simulate_raw("pcie-l4x4"):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert link_count(nvml, handle) is None
@@ -478,7 +479,7 @@ def test_inactive_and_unlisted_links(nvml: ModuleType, lib: ctypes.CDLL) -> None
         NvLink(index=2, active=False),
     )
     facts = NodeFacts(gpus=(bare_gpu(0, nvlinks=links, nvlink_version=4), bare_gpu(1)))
-    with simulate(facts):
+    with simulate_raw(facts):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert link_count(nvml, handle) == 3
@@ -512,7 +513,7 @@ def test_fabric_v2_and_v3_struct_versions(nvml: ModuleType) -> None:
         status=0,
         health_mask=0x5,
     )
-    with simulate(NodeFacts(gpus=(bare_gpu(0, fabric=fabric),))):
+    with simulate_raw(NodeFacts(gpus=(bare_gpu(0, fabric=fabric),))):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         v2 = pynvml.c_nvmlGpuFabricInfo_v2_t()
@@ -536,7 +537,7 @@ def test_fabric_v2_and_v3_struct_versions(nvml: ModuleType) -> None:
 
 
 def test_hopper_profiles_report_a_completed_fabric_with_zero_cluster(nvml: ModuleType) -> None:
-    with simulate("dgx-h100"):
+    with simulate_raw("dgx-h100"):
         nvml.nvmlInit()
         info = pynvml.c_nvmlGpuFabricInfoV_t()
         nvml.nvmlDeviceGetGpuFabricInfoV(nvml.nvmlDeviceGetHandleByIndex(0), ctypes.byref(info))
@@ -548,7 +549,7 @@ def test_hopper_profiles_report_a_completed_fabric_with_zero_cluster(nvml: Modul
 
 
 def test_mig_disabled_and_unsupported(nvml: ModuleType) -> None:
-    with simulate("mixed-a100-h100"):
+    with simulate_raw("mixed-a100-h100"):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetMigMode(handle) == [0, 0]
@@ -556,7 +557,7 @@ def test_mig_disabled_and_unsupported(nvml: ModuleType) -> None:
         with nvml_fails(pynvml.NVML_ERROR_NOT_FOUND):
             nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0)
         nvml.nvmlShutdown()
-    with simulate("t4-single"):
+    with simulate_raw("t4-single"):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         with nvml_fails(pynvml.NVML_ERROR_NOT_SUPPORTED):
@@ -572,7 +573,7 @@ def test_mig_disabled_and_unsupported(nvml: ModuleType) -> None:
 
 def test_mig_devices_of_the_mig_profile(nvml: ModuleType) -> None:
     profile = load_profile(MIG_PROFILE)
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         gpu0 = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetMigMode(gpu0) == [1, 1]
@@ -617,7 +618,7 @@ def test_mig_devices_of_the_mig_profile(nvml: ModuleType) -> None:
 
 
 def test_gpu_instance_profiles(nvml: ModuleType) -> None:
-    with simulate(MIG_PROFILE):
+    with simulate_raw(MIG_PROFILE):
         nvml.nvmlInit()
         gpu0 = nvml.nvmlDeviceGetHandleByIndex(0)
         one_slice = nvml.nvmlDeviceGetGpuInstanceProfileInfo(
@@ -656,7 +657,7 @@ def test_gpu_and_compute_instances(nvml: ModuleType) -> None:
         a100_mig(3, "2g.10gb", gi=5),
     )
     gpu = bare_gpu(0, mig_mode_current=True, mig_mode_pending=True, mig_devices=devices)
-    with simulate(NodeFacts(gpus=(gpu,))):
+    with simulate_raw(NodeFacts(gpus=(gpu,))):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         gi = nvml.nvmlDeviceGetGpuInstanceById(handle, 1)
@@ -695,12 +696,12 @@ def test_gpu_and_compute_instances(nvml: ModuleType) -> None:
 
 
 def test_one_library_serves_machine_after_machine(nvml: ModuleType) -> None:
-    with simulate("dgx-h100"):
+    with simulate_raw("dgx-h100"):
         nvml.nvmlInit()
         stale = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetCount() == 8
         nvml.nvmlShutdown()
-    with simulate("pcie-l4x4"):
+    with simulate_raw("pcie-l4x4"):
         nvml.nvmlInit()
         assert nvml.nvmlDeviceGetCount() == 4
         assert nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0)) == "NVIDIA L4"
@@ -713,7 +714,7 @@ def test_profile_object_with_replaced_facts(nvml: ModuleType) -> None:
     base = load_profile("t4-single")
     renamed = dataclasses.replace(base.facts.gpus[0], name="Tesla T4 (renamed)")
     profile = SimulationProfile(facts=dataclasses.replace(base.facts, gpus=(renamed,)))
-    with simulate(profile):
+    with simulate_raw(profile):
         nvml.nvmlInit()
         assert nvml.nvmlDeviceGetName(nvml.nvmlDeviceGetHandleByIndex(0)) == "Tesla T4 (renamed)"
         nvml.nvmlShutdown()

@@ -326,7 +326,7 @@ def test_sysfs_tree_and_cleanup(tmp_path: Path) -> None:
         assert machine.machine_type_file.read_text() == "DGXA100 920-23687-2530-000\n"
         assert len(list((root / "bus/pci/devices").iterdir())) == 8
         assert machine.config_path.read_text().startswith("gfdsim-config 1\n")
-        assert (machine.nvml_dir / "libnvidia-ml.so.1").resolve() == library_path()
+        assert (machine.nvml_dir / "libnvidia-ml.so.1").resolve() == machine.library_path.resolve()
         workdir = machine.config_path.parent
     assert not workdir.exists()
 
