@@ -3,7 +3,8 @@
 - ``gfd.topology._builder``: a CPython extension that builds the GPU topology matrix.
 - ``gfd.sim._nvmlsim``: a plain shared library (built as an extension only so that
   setuptools compiles and installs it) that exports the NVML C ABI for the simulator.
-  It is compiled against the real ``nvml.h`` from the ``nvidia-nvml-dev`` wheel.
+  It is compiled against the real ``nvml.h`` from the ``nvidia-nvml-dev`` wheel, from
+  the ``gfd/sim/sim_*.c`` files and their one internal header ``nvmlsim.h``.
 
 A missing header or a compiler error fails the build: gfd is never installed
 without its C parts.
@@ -47,7 +48,17 @@ setup(
         ),
         Extension(
             "gfd.sim._nvmlsim",
-            sources=["gfd/sim/nvmlsim.c"],
+            # One library from several files, one per NVML area (see nvmlsim.h).
+            sources=[
+                "gfd/sim/sim_config.c",
+                "gfd/sim/sim_core.c",
+                "gfd/sim/sim_device.c",
+                "gfd/sim/sim_fabric.c",
+                "gfd/sim/sim_memory.c",
+                "gfd/sim/sim_mig.c",
+                "gfd/sim/sim_topology.c",
+            ],
+            depends=["gfd/sim/nvmlsim.h"],
             include_dirs=[nvml_include_dir()],
             define_macros=[("NVML_NO_UNVERSIONED_FUNC_DEFS", "1")],
             extra_compile_args=[*STRICT_C, "-fvisibility=default"],

@@ -4,7 +4,7 @@ This package owns the simulator's Python side: the bundled profiles (facts files
 that model real machines, in ``profiles/``), loading a profile with its optional
 ``faults:`` section, and :func:`simulate`, which writes the machine file and a
 fake sysfs tree into a temporary directory and points the C library
-(``_nvmlsim``, built from ``nvmlsim.c``) at them. The reader then runs its normal
+(``_nvmlsim``, built from ``sim_*.c``) at them. The reader then runs its normal
 code path against ``SimulatedMachine.library_path`` and ``sysfs_root``.
 
 The library exports what the real library of the machine's driver branch exports

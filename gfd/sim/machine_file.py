@@ -1,7 +1,7 @@
 """The machine file: facts and faults rendered for the C simulator to read.
 
 This module owns the Python half of the line format documented at the top of
-``nvmlsim.c`` (``gfdsim-config 1``): :func:`render_machine_file` writes it, and
+``sim_config.c`` (``gfdsim-config 1``): :func:`render_machine_file` writes it, and
 :func:`check_servable` rejects facts that NVML could not report as given (a name
 longer than NVML's buffers, an NVLink index past ``NVML_NVLINK_MAX_LINKS``, a
 line break inside a string), naming the source and the field.

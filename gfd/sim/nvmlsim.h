@@ -1,0 +1,228 @@
+/*
+ * nvmlsim.h: the one internal header of nvmlsim, a stand-in for libnvidia-ml.so.1
+ * that serves a simulated machine (built as the single shared library
+ * gfd.sim._nvmlsim).
+ *
+ * This library exports the part of the NVML C ABI that gfd (through pynvml) and
+ * similar consumers use, compiled against the real nvml.h, with NVML's return
+ * codes, struct versions, reference-counted init and call semantics. What it
+ * serves comes from a machine description written by gfd.sim (Python) as a
+ * line-oriented text file; this library never parses YAML.
+ *
+ * Where things live (each NVML call is in the file named after its area):
+ *   sim_config.c    the machine file format (documented there) and its parser;
+ *                   gfdsim_configure, gfdsim_last_error
+ *   sim_core.c      shared state, the lock and call admission (init state, handles,
+ *                   lost GPUs, injected errors); nvmlInit*, nvmlShutdown,
+ *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
+ *   sim_device.c    enumeration and identity: nvmlDeviceGetCount*, GetHandleBy*,
+ *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetPciInfo*,
+ *                   GetArchitecture, GetBrand
+ *   sim_memory.c    GetMemoryInfo*, GetCudaComputeCapability, GetComputeMode,
+ *                   GetDisplayMode, GetNumaNodeId, GetCpuAffinity
+ *   sim_topology.c  nvmlSystemGetTopologyGpuSet, GetTopologyCommonAncestor,
+ *                   GetTopologyNearestGpus, GetP2PStatus, GetNvLink*, GetFieldValues
+ *   sim_mig.c       GetMigMode, GetMaxMigDeviceCount, MIG device handles, GPU and
+ *                   compute instances and their profiles
+ *   sim_fabric.c    GetGpuFabricInfo*, GetVirtualizationMode
+ *
+ * Symbols: the library is compiled with -fvisibility=default, so every non-static
+ * function is exported. What one file shares with another (the sim_* functions and
+ * g_* variables below) is declared here SIM_INTERNAL (hidden visibility) and stays
+ * out of the dynamic symbol table; a helper used by one file stays static there.
+ * The exported set is the nvml* calls plus gfdsim_configure and gfdsim_last_error
+ * (tests/sim/test_sim_exports.py checks it against these sources).
+ *
+ * Every exported call is serialised by one mutex, so threads see NVML-like
+ * consistency. Handles are pointers into this library's tables, compared by
+ * address before use, so a stale or foreign handle yields INVALID_ARGUMENT
+ * rather than a crash.
+ *
+ * Every .c file of the library includes this header first (it sets the POSIX
+ * level the system headers are read with).
+ */
+
+#ifndef GFD_SIM_NVMLSIM_H
+#define GFD_SIM_NVMLSIM_H
+
+#define _POSIX_C_SOURCE 200809L
+
+#include <nvml.h>
+
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+
+#define GFDSIM_API __attribute__((visibility("default")))
+#define SIM_INTERNAL __attribute__((visibility("hidden")))
+
+#define TEXT_MAX NVML_DEVICE_NAME_V2_BUFFER_SIZE
+#define BUS_ID_MAX NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
+#define CALL_NAME_MAX 80
+#define BITS_PER_WORD (sizeof(unsigned long) * CHAR_BIT)
+
+/* Handle types nvml.h leaves opaque. Only their addresses are used. */
+struct nvmlDevice_st {
+    int gpu;
+    int mig; /* -1: the physical GPU */
+};
+struct nvmlGpuInstance_st {
+    int gpu;
+    int mig;
+};
+struct nvmlComputeInstance_st {
+    int gpu;
+    int mig;
+};
+
+typedef struct {
+    int index;
+    int active;
+    int has_remote_bus;
+    char remote_bus[BUS_ID_MAX];
+    int has_remote_type;
+    unsigned remote_type;
+} sim_link;
+
+typedef struct {
+    struct nvmlDevice_st handle;
+    struct nvmlGpuInstance_st gi_handle;
+    struct nvmlComputeInstance_st ci_handle;
+    unsigned index;
+    char uuid[TEXT_MAX];
+    char name[TEXT_MAX];
+    int has_memory;
+    unsigned long long memory;
+    unsigned gi_id, ci_id;
+    unsigned gi_profile_id, gi_profile_index, gi_slices;
+    unsigned long long gi_memory_mib;
+    unsigned ci_slices, multiprocessors;
+    unsigned copy_engines, decoders, encoders, jpeg, ofa;
+    int media_extensions;
+} sim_mig;
+
+typedef struct {
+    struct nvmlDevice_st handle;
+    char name[TEXT_MAX];
+    int has_name;
+    char uuid[TEXT_MAX];
+    int has_uuid;
+    char bus_id[BUS_ID_MAX];
+    unsigned domain, bus, device, function;
+    int has_pci_device_id;
+    unsigned pci_device_id;
+    int has_pci_class;
+    unsigned pci_class;
+    int has_memory;
+    unsigned long long memory;
+    int has_compute;
+    int compute_major, compute_minor;
+    int has_architecture;
+    unsigned architecture;
+    int has_brand;
+    unsigned brand;
+    int has_gpu_numa_id;
+    unsigned gpu_numa_id;
+    int has_affinity;
+    unsigned long *affinity;
+    size_t affinity_words;
+    int has_mig_mode;
+    unsigned mig_current, mig_pending;
+    unsigned max_mig_devices;
+    sim_mig *migs;
+    size_t n_migs;
+    int has_nvlink_version;
+    unsigned nvlink_version;
+    sim_link *links;
+    size_t n_links;
+    unsigned link_count; /* highest link index + 1 */
+    int has_fabric;
+    unsigned char fabric_uuid[NVML_GPU_FABRIC_UUID_LEN];
+    unsigned fabric_clique;
+    unsigned fabric_state;
+    int fabric_status;
+    int has_fabric_health;
+    unsigned fabric_health;
+    /* runtime state */
+    unsigned long long calls;
+    long long lost_after; /* -1: never */
+    int lost;
+} sim_gpu;
+
+typedef struct {
+    char call[CALL_NAME_MAX];
+    int code;
+    int gpu;         /* -1: any */
+    long long times; /* -1: always */
+    long long used;
+} sim_fault;
+
+typedef struct {
+    int has_driver;
+    char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+    int has_cuda;
+    int cuda;
+    sim_gpu *gpus;
+    size_t n_gpus;
+    int *levels; /* n_gpus * n_gpus, -1 unknown */
+    sim_fault *faults;
+    size_t n_faults;
+    long long driver_not_loaded_inits;
+    long long init_attempts;
+} sim_machine;
+
+/* ------------------------------------------------------------------------- */
+/* Shared state (sim_core.c); read and written under g_lock */
+
+SIM_INTERNAL extern pthread_mutex_t g_lock;
+SIM_INTERNAL extern sim_machine *g_machine;
+SIM_INTERNAL extern int g_configured; /* gfdsim_configure was called with a path */
+SIM_INTERNAL extern unsigned g_init_count;
+SIM_INTERNAL extern char g_last_error[1024];
+
+#define LOCK() pthread_mutex_lock(&g_lock)
+#define RETURN(rc)                          \
+    do {                                    \
+        nvmlReturn_t rc_ = (rc);            \
+        pthread_mutex_unlock(&g_lock);      \
+        return rc_;                         \
+    } while (0)
+
+/* ------------------------------------------------------------------------- */
+/* The configuration entry points (sim_config.c), exported */
+
+GFDSIM_API int gfdsim_configure(const char *config_path);
+GFDSIM_API const char *gfdsim_last_error(void);
+
+/* ------------------------------------------------------------------------- */
+/* Internal functions shared between files */
+
+/* sim_config.c */
+/* Read a config file; return a machine, or NULL with `error` saying file, line and problem. */
+SIM_INTERNAL sim_machine *sim_load_machine(const char *path, char *error, size_t error_size);
+/* "DDDDDDDD:BB:DD.F" (domain may be shorter); returns 0 and the numbers on success. */
+SIM_INTERNAL int sim_parse_bus_id(const char *text, unsigned *domain, unsigned *bus,
+                                  unsigned *device, unsigned *function);
+
+/* sim_core.c: call admission; each returns NVML_SUCCESS or the code the call returns. */
+/* Count a call on each GPU it names; a GPU past its lost_after is gone for good. */
+SIM_INTERNAL nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus);
+/* A call that names no device: NVML must be initialised. */
+SIM_INTERNAL nvmlReturn_t sim_enter_system(const char *call);
+/* Resolve a device handle (physical or MIG) and admit the call on its GPU. */
+SIM_INTERNAL nvmlReturn_t sim_enter_device(const char *call, nvmlDevice_t device, sim_gpu **gpu,
+                                           sim_mig **mig);
+/* Like sim_enter_device, but MIG handles are not accepted for this query. */
+SIM_INTERNAL nvmlReturn_t sim_enter_physical(const char *call, nvmlDevice_t device,
+                                             sim_gpu **gpu);
+/* Two physical GPUs, admitted on both (once when they are the same). */
+SIM_INTERNAL nvmlReturn_t sim_enter_pair(const char *call, nvmlDevice_t a, nvmlDevice_t b,
+                                         sim_gpu **ga, sim_gpu **gb);
+/* Copy a NUL-terminated string into a caller's buffer of `length` bytes, NVML style. */
+SIM_INTERNAL nvmlReturn_t sim_copy_string(const char *value, char *dest, unsigned length);
+
+/* sim_device.c */
+/* Fill an nvmlPciInfo_t from a GPU's bus id and PCI device id. */
+SIM_INTERNAL void sim_fill_pci(const sim_gpu *gpu, nvmlPciInfo_t *pci);
+
+#endif /* GFD_SIM_NVMLSIM_H */

@@ -1,0 +1,275 @@
+/*
+ * sim_device.c: device enumeration and identity. Owns nvmlDeviceGetCount*,
+ * nvmlDeviceGetHandleByIndex*, ...ByPciBusId*, ...ByUUID, nvmlDeviceGetIndex,
+ * nvmlDeviceGetMinorNumber, nvmlDeviceGetName, nvmlDeviceGetUUID,
+ * nvmlDeviceGetPciInfo*, nvmlDeviceGetArchitecture and nvmlDeviceGetBrand.
+ */
+
+#include "nvmlsim.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------- */
+/* Device enumeration */
+
+static nvmlReturn_t device_count(const char *call, unsigned int *deviceCount) {
+    nvmlReturn_t rc = sim_enter_system(call);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (deviceCount == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *deviceCount = (unsigned)g_machine->n_gpus;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    LOCK();
+    RETURN(device_count(__func__, deviceCount));
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) {
+    LOCK();
+    RETURN(device_count(__func__, deviceCount));
+}
+
+static nvmlReturn_t handle_by_index(const char *call, unsigned int index, nvmlDevice_t *device) {
+    if (g_init_count == 0 || g_machine == NULL) {
+        return NVML_ERROR_UNINITIALIZED;
+    }
+    if (device == NULL || index >= g_machine->n_gpus) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    int gpu = (int)index;
+    nvmlReturn_t rc = sim_admit(call, &gpu, 1);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    *device = &g_machine->gpus[index].handle;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    LOCK();
+    RETURN(handle_by_index(__func__, index, device));
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    LOCK();
+    RETURN(handle_by_index(__func__, index, device));
+}
+
+static nvmlReturn_t handle_by_bus_id(const char *call, const char *pciBusId,
+                                     nvmlDevice_t *device) {
+    nvmlReturn_t rc = sim_enter_system(call);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    unsigned d, b, dv, f;
+    if (pciBusId == NULL || device == NULL || sim_parse_bus_id(pciBusId, &d, &b, &dv, &f) != 0) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        sim_gpu *g = &g_machine->gpus[i];
+        if (g->domain == d && g->bus == b && g->device == dv && g->function == f) {
+            if (g->lost) {
+                return NVML_ERROR_GPU_IS_LOST;
+            }
+            *device = &g->handle;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
+    LOCK();
+    RETURN(handle_by_bus_id(__func__, pciBusId, device));
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
+    LOCK();
+    RETURN(handle_by_bus_id(__func__, pciBusId, device));
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    LOCK();
+    nvmlReturn_t rc = sim_enter_system(__func__);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (uuid == NULL || device == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        sim_gpu *g = &g_machine->gpus[i];
+        if (g->has_uuid && strcmp(g->uuid, uuid) == 0) {
+            if (g->lost) {
+                RETURN(NVML_ERROR_GPU_IS_LOST);
+            }
+            *device = &g->handle;
+            RETURN(NVML_SUCCESS);
+        }
+        for (size_t j = 0; j < g->n_migs; j++) {
+            if (g->migs[j].uuid[0] != '\0' && strcmp(g->migs[j].uuid, uuid) == 0) {
+                if (g->lost) {
+                    RETURN(NVML_ERROR_GPU_IS_LOST);
+                }
+                *device = &g->migs[j].handle;
+                RETURN(NVML_SUCCESS);
+            }
+        }
+    }
+    RETURN(NVML_ERROR_NOT_FOUND);
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (index == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    *index = (unsigned)gpu->handle.gpu;
+    RETURN(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (minorNumber == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    /* /dev/nvidiaN numbering follows the enumeration order on a simulated machine. */
+    *minorNumber = (unsigned)gpu->handle.gpu;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Identity */
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    LOCK();
+    sim_gpu *gpu;
+    sim_mig *mig;
+    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (name == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (mig != NULL) {
+        RETURN(mig->name[0] != '\0' ? sim_copy_string(mig->name, name, length)
+                                    : NVML_ERROR_NOT_SUPPORTED);
+    }
+    RETURN(gpu->has_name ? sim_copy_string(gpu->name, name, length) : NVML_ERROR_NOT_SUPPORTED);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    LOCK();
+    sim_gpu *gpu;
+    sim_mig *mig;
+    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (uuid == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (mig != NULL) {
+        RETURN(mig->uuid[0] != '\0' ? sim_copy_string(mig->uuid, uuid, length)
+                                    : NVML_ERROR_NOT_SUPPORTED);
+    }
+    RETURN(gpu->has_uuid ? sim_copy_string(gpu->uuid, uuid, length) : NVML_ERROR_NOT_SUPPORTED);
+}
+
+void sim_fill_pci(const sim_gpu *gpu, nvmlPciInfo_t *pci) {
+    memset(pci, 0, sizeof *pci);
+    pci->domain = gpu->domain;
+    pci->bus = gpu->bus;
+    pci->device = gpu->device;
+    pci->pciDeviceId = gpu->has_pci_device_id ? gpu->pci_device_id : 0;
+    pci->pciSubSystemId = 0;
+    snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.%X", gpu->domain, gpu->bus,
+             gpu->device, gpu->function);
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X",
+             gpu->domain & 0xFFFFu, gpu->bus & 0xFFu, gpu->device & 0xFFu,
+             gpu->function & 0xFu);
+}
+
+static nvmlReturn_t pci_info(const char *call, nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(call, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (pci == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    sim_fill_pci(gpu, pci);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    LOCK();
+    RETURN(pci_info(__func__, device, pci));
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    LOCK();
+    RETURN(pci_info(__func__, device, pci));
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    LOCK();
+    RETURN(pci_info(__func__, device, pci));
+}
+
+/* ------------------------------------------------------------------------- */
+/* Architecture and brand */
+
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch) {
+    LOCK();
+    sim_gpu *gpu;
+    sim_mig *mig;
+    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (arch == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (!gpu->has_architecture) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *arch = gpu->architecture;
+    RETURN(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type) {
+    LOCK();
+    sim_gpu *gpu;
+    sim_mig *mig;
+    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (type == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (!gpu->has_brand) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *type = (nvmlBrandType_t)gpu->brand;
+    RETURN(NVML_SUCCESS);
+}

@@ -1,0 +1,79 @@
+/*
+ * sim_fabric.c: the GPU fabric and virtualization. Owns nvmlDeviceGetGpuFabricInfoV,
+ * nvmlDeviceGetGpuFabricInfo and nvmlDeviceGetVirtualizationMode.
+ */
+
+#include "nvmlsim.h"
+
+#include <string.h>
+
+/* ------------------------------------------------------------------------- */
+/* Fabric */
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (gpuFabricInfo == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    unsigned version = gpuFabricInfo->version;
+    if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3) {
+        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    }
+    if (!gpu->has_fabric) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    /* v2 is a prefix of v3: fill the shared fields through the v2 layout only. */
+    nvmlGpuFabricInfo_v2_t *v2 = (nvmlGpuFabricInfo_v2_t *)gpuFabricInfo;
+    memcpy(v2->clusterUuid, gpu->fabric_uuid, sizeof v2->clusterUuid);
+    v2->status = (nvmlReturn_t)gpu->fabric_status;
+    v2->cliqueId = gpu->fabric_clique;
+    v2->state = (nvmlGpuFabricState_t)gpu->fabric_state;
+    v2->healthMask = gpu->has_fabric_health ? gpu->fabric_health : 0;
+    if (version == nvmlGpuFabricInfo_v3) {
+        gpuFabricInfo->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
+    }
+    RETURN(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (gpuFabricInfo == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    if (!gpu->has_fabric) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    memcpy(gpuFabricInfo->clusterUuid, gpu->fabric_uuid, sizeof gpuFabricInfo->clusterUuid);
+    gpuFabricInfo->status = (nvmlReturn_t)gpu->fabric_status;
+    gpuFabricInfo->cliqueId = gpu->fabric_clique;
+    gpuFabricInfo->state = (nvmlGpuFabricState_t)gpu->fabric_state;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Virtualization */
+
+nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
+                                             nvmlGpuVirtualizationMode_t *pVirtualMode) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (pVirtualMode == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    *pVirtualMode = NVML_GPU_VIRTUALIZATION_MODE_NONE;
+    RETURN(NVML_SUCCESS);
+}

@@ -1,0 +1,350 @@
+/*
+ * sim_topology.c: how GPUs reach each other and the CPUs. Owns
+ * nvmlSystemGetTopologyGpuSet, nvmlDeviceGetTopologyCommonAncestor,
+ * nvmlDeviceGetTopologyNearestGpus, nvmlDeviceGetP2PStatus, the per-link
+ * nvmlDeviceGetNvLink* calls and nvmlDeviceGetFieldValues (NVLink link count).
+ */
+
+#include "nvmlsim.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------- */
+/* Topology */
+
+static int affinity_has_cpu(const sim_gpu *gpu, unsigned cpu) {
+    size_t word = cpu / BITS_PER_WORD;
+    return gpu->has_affinity && word < gpu->affinity_words &&
+           (gpu->affinity[word] >> (cpu % BITS_PER_WORD)) & 1UL;
+}
+
+/* Shared by the two "count 0 first, then the array" calls. */
+static nvmlReturn_t fill_device_array(nvmlDevice_t *matches, unsigned found, unsigned *count,
+                                      nvmlDevice_t *deviceArray) {
+    if (*count == 0) {
+        *count = found;
+        return NVML_SUCCESS;
+    }
+    if (deviceArray == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (*count < found) {
+        *count = found;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned i = 0; i < found; i++) {
+        deviceArray[i] = matches[i];
+    }
+    *count = found;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count,
+                                         nvmlDevice_t *deviceArray) {
+    LOCK();
+    nvmlReturn_t rc = sim_enter_system(__func__);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (count == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    nvmlDevice_t *matches = calloc(g_machine->n_gpus + 1, sizeof *matches);
+    if (matches == NULL) {
+        RETURN(NVML_ERROR_MEMORY);
+    }
+    unsigned found = 0;
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        if (affinity_has_cpu(&g_machine->gpus[i], cpuNumber)) {
+            matches[found++] = &g_machine->gpus[i].handle;
+        }
+    }
+    rc = fill_device_array(matches, found, count, deviceArray);
+    free(matches);
+    RETURN(rc);
+}
+
+static int level_of(const sim_gpu *a, const sim_gpu *b) {
+    return g_machine->levels[(size_t)a->handle.gpu * g_machine->n_gpus + (size_t)b->handle.gpu];
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t *pathInfo) {
+    LOCK();
+    sim_gpu *a, *b;
+    nvmlReturn_t rc = sim_enter_pair(__func__, device1, device2, &a, &b);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (pathInfo == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    int level = level_of(a, b);
+    if (level < 0) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *pathInfo = (nvmlGpuTopologyLevel_t)level;
+    RETURN(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level,
+                                              unsigned int *count, nvmlDevice_t *deviceArray) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (count == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    switch (level) {
+    case NVML_TOPOLOGY_INTERNAL:
+    case NVML_TOPOLOGY_SINGLE:
+    case NVML_TOPOLOGY_MULTIPLE:
+    case NVML_TOPOLOGY_HOSTBRIDGE:
+    case NVML_TOPOLOGY_NODE:
+    case NVML_TOPOLOGY_SYSTEM:
+        break;
+    default:
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    nvmlDevice_t *matches = calloc(g_machine->n_gpus + 1, sizeof *matches);
+    if (matches == NULL) {
+        RETURN(NVML_ERROR_MEMORY);
+    }
+    unsigned found = 0;
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        sim_gpu *other = &g_machine->gpus[i];
+        int l = level_of(gpu, other);
+        if (other != gpu && l >= 0 && l <= (int)level) {
+            matches[found++] = &other->handle;
+        }
+    }
+    rc = fill_device_array(matches, found, count, deviceArray);
+    free(matches);
+    RETURN(rc);
+}
+
+/* Two GPUs share NVLink when a link of one ends at the other, or both reach one switch. */
+static int nvlink_connected(const sim_gpu *a, const sim_gpu *b) {
+    for (size_t i = 0; i < a->n_links; i++) {
+        const sim_link *la = &a->links[i];
+        if (!la->active || !la->has_remote_bus) {
+            continue;
+        }
+        if (strcmp(la->remote_bus, b->bus_id) == 0) {
+            return 1;
+        }
+        if (!la->has_remote_type || la->remote_type != NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+            continue;
+        }
+        for (size_t j = 0; j < b->n_links; j++) {
+            const sim_link *lb = &b->links[j];
+            if (lb->active && lb->has_remote_bus && strcmp(la->remote_bus, lb->remote_bus) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    nvmlGpuP2PCapsIndex_t p2pIndex,
+                                    nvmlGpuP2PStatus_t *p2pStatus) {
+    LOCK();
+    sim_gpu *a, *b;
+    nvmlReturn_t rc = sim_enter_pair(__func__, device1, device2, &a, &b);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (p2pStatus == NULL || a == b || p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    int nvlink = nvlink_connected(a, b) || nvlink_connected(b, a);
+    int level = level_of(a, b);
+    /* GeForce boards have PCIe peer-to-peer disabled by the driver. */
+    int geforce = (a->has_brand && a->brand == NVML_BRAND_GEFORCE) ||
+                  (b->has_brand && b->brand == NVML_BRAND_GEFORCE);
+    nvmlGpuP2PStatus_t status;
+    switch (p2pIndex) {
+    case NVML_P2P_CAPS_INDEX_NVLINK:
+        status = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        break;
+    case NVML_P2P_CAPS_INDEX_ATOMICS:
+        status = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        break;
+    default:
+        if (nvlink && p2pIndex != NVML_P2P_CAPS_INDEX_PCI) {
+            status = NVML_P2P_STATUS_OK;
+        } else if (geforce) {
+            status = NVML_P2P_STATUS_GPU_NOT_SUPPORTED;
+        } else if (level < 0) {
+            status = NVML_P2P_STATUS_UNKNOWN;
+        } else if (level >= NVML_TOPOLOGY_SYSTEM) {
+            /* PCIe peer traffic does not cross the inter-socket link. */
+            status = NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED;
+        } else {
+            status = NVML_P2P_STATUS_OK;
+        }
+        break;
+    }
+    *p2pStatus = status;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------- */
+/* NVLink */
+
+static const sim_link *find_link(const sim_gpu *gpu, unsigned link) {
+    for (size_t i = 0; i < gpu->n_links; i++) {
+        if (gpu->links[i].index == (int)link) {
+            return &gpu->links[i];
+        }
+    }
+    return NULL;
+}
+
+/* Resolve the GPU and link for a per-link query; *out is NULL for an unlisted link. */
+static nvmlReturn_t enter_link(const char *call, nvmlDevice_t device, unsigned link,
+                               const void *result, sim_gpu **gpu, const sim_link **out) {
+    nvmlReturn_t rc = sim_enter_physical(call, device, gpu);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (result == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if ((*gpu)->link_count == 0) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    if (link >= (*gpu)->link_count) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    *out = find_link(*gpu, link);
+    return *out != NULL ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                      nvmlEnableState_t *isActive) {
+    LOCK();
+    sim_gpu *gpu;
+    const sim_link *l = NULL;
+    nvmlReturn_t rc = enter_link(__func__, device, link, isActive, &gpu, &l);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    *isActive = l->active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    RETURN(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link,
+                                        unsigned int *version) {
+    LOCK();
+    sim_gpu *gpu;
+    const sim_link *l = NULL;
+    nvmlReturn_t rc = enter_link(__func__, device, link, version, &gpu, &l);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (!gpu->has_nvlink_version) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *version = gpu->nvlink_version;
+    RETURN(NVML_SUCCESS);
+}
+
+static nvmlReturn_t remote_pci(const char *call, nvmlDevice_t device, unsigned int link,
+                               nvmlPciInfo_t *pci) {
+    sim_gpu *gpu;
+    const sim_link *l = NULL;
+    nvmlReturn_t rc = enter_link(call, device, link, pci, &gpu, &l);
+    if (rc != NVML_SUCCESS) {
+        return rc;
+    }
+    if (!l->has_remote_bus) {
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+    sim_gpu remote;
+    memset(&remote, 0, sizeof remote);
+    sim_parse_bus_id(l->remote_bus, &remote.domain, &remote.bus, &remote.device, &remote.function);
+    /* The peer's device id is known when the peer is a GPU of this machine. */
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        const sim_gpu *g = &g_machine->gpus[i];
+        if (g->domain == remote.domain && g->bus == remote.bus && g->device == remote.device &&
+            g->function == remote.function) {
+            remote.has_pci_device_id = g->has_pci_device_id;
+            remote.pci_device_id = g->pci_device_id;
+        }
+    }
+    sim_fill_pci(&remote, pci);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t *pci) {
+    LOCK();
+    RETURN(remote_pci(__func__, device, link, pci));
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
+                                              nvmlPciInfo_t *pci) {
+    LOCK();
+    RETURN(remote_pci(__func__, device, link, pci));
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                 nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType) {
+    LOCK();
+    sim_gpu *gpu;
+    const sim_link *l = NULL;
+    nvmlReturn_t rc = enter_link(__func__, device, link, pNvLinkDeviceType, &gpu, &l);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (!l->has_remote_type) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)l->remote_type;
+    RETURN(NVML_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Field values */
+
+static long long now_usec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
+                                      nvmlFieldValue_t *values) {
+    LOCK();
+    sim_gpu *gpu;
+    sim_mig *mig;
+    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (values == NULL || valuesCount <= 0) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    long long stamp = now_usec();
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *v = &values[i];
+        v->timestamp = stamp;
+        v->latencyUsec = 0;
+        memset(&v->value, 0, sizeof v->value);
+        if (v->fieldId == NVML_FI_DEV_NVLINK_LINK_COUNT && mig == NULL && gpu->link_count > 0) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = gpu->link_count;
+            v->nvmlReturn = NVML_SUCCESS;
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    RETURN(NVML_SUCCESS);
+}
