@@ -1,0 +1,1 @@
+"""Conformance suites: gfd judged by third-party implementations (see tests/oracles.py)."""
