@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -114,6 +114,8 @@ class NodeReader:
     machine_type_file: Path
     #: None: the driver's libnvidia-ml.so.1; else a simulator library.
     library_path: Path | None = None
+    #: (call, cause) of absent optional NVML facts already logged: once per process.
+    _reported: set[tuple[str, str]] = field(default_factory=set, compare=False, repr=False)
 
     def __call__(self) -> NodeFacts:
         from gfd.nvml.reader import read_facts
@@ -122,7 +124,16 @@ class NodeReader:
             library_path=self.library_path,
             sysfs_root=self.sysfs_root,
             machine_type_file=self.machine_type_file,
+            on_absent=self._report_absent,
         )
+
+    def _report_absent(self, call: str, cause: str) -> None:
+        if (call, cause) in self._reported:
+            return
+        self._reported.add((call, cause))
+        from gfd.logs import get_logger
+
+        get_logger().debug("NVML fact absent", call=call, cause=cause)
 
     def without_nvml(self) -> NodeFacts:
         from gfd.nvml.reader import read_facts_without_nvml

@@ -22,11 +22,17 @@ import pytest
 REQUIRE_ENV = "GFD_REQUIRE_ORACLES"
 
 
+#: The project's root; ``../shared`` beside it is where the oracles and reference facts live.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
 @dataclass(frozen=True)
 class Oracle:
     name: str
     env: str
     what: str
+    #: Used when ``env`` is unset: a path relative to the project's root.
+    default: str | None = None
 
 
 ORACLES: dict[str, Oracle] = {
@@ -39,6 +45,12 @@ ORACLES: dict[str, Oracle] = {
         Oracle("config-manager", "NVIDIA_CONFIG_MANAGER_BIN", "NVIDIA's config-manager"),
         Oracle("helm", "HELM_BIN", "Helm 3"),
         Oracle("nfd", "NFD_WORKER_BIN", "node-feature-discovery's worker and master"),
+        Oracle(
+            "nvml-exports",
+            "GFD_NVML_EXPORTS_DIR",
+            "the export lists (.dynsym) of NVIDIA's real NVML libraries",
+            default="../shared/reference/nvml-exports",
+        ),
     )
 }
 
@@ -47,14 +59,23 @@ def oracles_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
 
 
+def _location(oracle: Oracle) -> Path | None:
+    value = os.environ.get(oracle.env, "")
+    if value:
+        return Path(value)
+    if oracle.default is not None:
+        return (PROJECT_ROOT / oracle.default).resolve()
+    return None
+
+
 def missing_reason(name: str) -> str | None:
     """Why oracle ``name`` cannot be used here, or None when it can."""
     oracle = ORACLES[name]
-    value = os.environ.get(oracle.env, "")
-    if not value:
+    location = _location(oracle)
+    if location is None:
         return f'{oracle.env} is unset (eval "$(../shared/oracles/unpack.sh DIR)" sets it)'
-    if not Path(value).exists():
-        return f"{oracle.env}={value} does not exist"
+    if not location.exists():
+        return f"{location} does not exist (set {oracle.env} to point elsewhere)"
     return None
 
 
@@ -66,4 +87,6 @@ def oracle_path(name: str) -> Path:
         if oracles_required():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    return Path(os.environ[ORACLES[name].env])
+    location = _location(ORACLES[name])
+    assert location is not None
+    return location

@@ -13,7 +13,8 @@ with its role:
   supported, or invalid for this device makes that one fact absent, never the read;
   where an older call gives the same fact, it is the fallback (fabric info v1 for
   ``...FabricInfoV``, GPU instance profile info v1 for ``...ProfileInfoV``). Each
-  absence is logged once per process at debug level, with its cause.
+  absence is reported to the caller (``on_absent``) with its cause; the agent logs
+  it once per process at debug level.
 
 NVML is always shut down, also on error. Where the NVML library comes from is a
 parameter: ``library_path=None`` lets pynvml load the driver's ``libnvidia-ml.so.1``;
@@ -176,8 +177,6 @@ _FABRIC_STATE_NAMES = {value: name for name, value in FABRIC_STATES.items()}
 
 _library_lock = threading.Lock()
 _loaded_library: str | None = None
-#: (call, cause) pairs of absent optional facts already logged by this process.
-_logged_absences: set[tuple[str, str]] = set()
 
 T = TypeVar("T")
 
@@ -259,28 +258,18 @@ class _Session:
             raise _as_gfd_error(call, exc) from exc
 
 
-def _log_new_absences(absences: dict[str, str]) -> None:
-    """One debug line per (call, cause) per process: absences repeat every cycle."""
-    new = [
-        (call, cause) for call, cause in absences.items() if (call, cause) not in _logged_absences
-    ]
-    if not new:
-        return
-    import structlog
-
-    log = structlog.get_logger("gfd.nvml")
-    for call, cause in sorted(new):
-        _logged_absences.add((call, cause))
-        log.debug("NVML fact absent", call=call, cause=cause)
-
-
 def read_facts(
     *,
     library_path: str | Path | None = None,
     sysfs_root: Path = DEFAULT_SYSFS_ROOT,
     machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
+    on_absent: Callable[[str, str], None] | None = None,
 ) -> NodeFacts:
-    """Read every fact gfd uses from NVML and sysfs in one pass."""
+    """Read every fact gfd uses from NVML and sysfs in one pass.
+
+    ``on_absent(call, cause)`` hears of each optional call whose fact is absent and why
+    (``NVML_ERROR_FUNCTION_NOT_FOUND``...), once per call per read.
+    """
     with _library_lock:
         _select_library(library_path)
         try:
@@ -294,7 +283,9 @@ def read_facts(
             # A failed shutdown cannot be acted on; the read result (or error) stands.
             with contextlib.suppress(pynvml.NVMLError):
                 pynvml.nvmlShutdown()
-    _log_new_absences(session.absences)
+    if on_absent is not None:
+        for call, cause in session.absences.items():
+            on_absent(call, cause)
     return facts
 
 

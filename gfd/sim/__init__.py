@@ -267,8 +267,8 @@ def simulate(
     :func:`library_path`, whatever the driver branch) instead of the branch's own.
     """
     resolved = _as_profile(profile)
-    served = library if library is not None else branch_library_path(machine_branch(resolved.facts))
-    library = _library(served)
+    served = library or branch_library_path(machine_branch(resolved.facts))
+    loaded = _library(served)
     if not _active.acquire(blocking=False):
         raise GfdError(
             "a simulated machine is already active in this process; NVML has one "
@@ -278,11 +278,11 @@ def simulate(
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
         try:
             machine = prepare_machine(resolved, directory, library=served)
-            configure_library(library, machine.config_path)
+            configure_library(loaded, machine.config_path)
             try:
                 yield machine
             finally:
-                configure_library(library, None)
+                configure_library(loaded, None)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     finally:

@@ -3,7 +3,7 @@
 A machine is one of the YAML configs bundled with the mock, served by the mock library as built,
 or (two machines) a bundled config given an older driver branch: its ``driver_version`` and CUDA
 version rewritten, and the library's exports cut to what NVIDIA's real library of that branch
-exports among the functions gfd may call (``elf_exports.py``).
+exports among the functions gfd may call (``gfd.sim.branch_library``).
 
 For each machine the config is copied to a private directory, ``render-pci-sysfs`` writes its fake
 sysfs tree, and a fresh Python process (the mock is a Go c-shared library, and pynvml holds one
@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from gfd.facts import Gpu, NodeFacts
-from tests.conformance.elf_exports import hide_exports
+from gfd.sim.branch_library import write_without_exports
 from tests.conformance.mock_nvml_model import expected_facts
 from tests.oracles import oracle_path
 
@@ -92,25 +92,6 @@ NOT_FROM_THE_MOCK = {
     "schema_version": "the facts format's version",
 }
 
-_NUMA_NOT_EXPORTED = (
-    "nvmlDeviceGetNumaNodeId is not exported (as in NVIDIA's {branch} library): pynvml raises "
-    "NVML_ERROR_FUNCTION_NOT_FOUND, which the reader's optional() does not absorb (it absorbs only "
-    "NOT_SUPPORTED), so read_facts fails and this node gets no facts at all"
-)
-_FABRIC_V1 = (
-    "; then nvmlDeviceGetGpuFabricInfoV is not exported either (FUNCTION_NOT_FOUND) and the "
-    "reader returns no fabric, where the mock's v1 nvmlDeviceGetGpuFabricInfo (exported from "
-    "525 on) answers the config's cluster UUID, clique, state and status (no health mask in v1)"
-)
-
-#: Cases where gfd's reader is known to disagree with the mock: (machine, family) -> reason
-#: naming the NVML call, the error and what the mock's code does. Strict: the lead removes an
-#: entry when the reader is fixed (an unexpected pass fails the suite until then).
-KNOWN_READER_GAPS: dict[tuple[str, str], str] = {
-    **{("a100-r470", family): _NUMA_NOT_EXPORTED.format(branch="470") for family in FAMILIES},
-    **{("h100-r535", family): _NUMA_NOT_EXPORTED.format(branch="535") for family in FAMILIES},
-    ("h100-r535", "fabric"): _NUMA_NOT_EXPORTED.format(branch="535") + _FABRIC_V1,
-}
 
 #: Run in a fresh interpreter: which of the names resolve in the library, then gfd's read.
 _READ_FACTS = """
@@ -180,7 +161,7 @@ def _read(mock_dir: Path, machine: Machine, work: Path) -> MockRead:
     library = mock_dir / "libnvidia-ml.so.1"
     if machine.hidden_exports:
         (work / "lib").mkdir()
-        hide_exports(library, work / "lib" / "libnvidia-ml.so.1", machine.hidden_exports)
+        write_without_exports(library, work / "lib" / "libnvidia-ml.so.1", machine.hidden_exports)
         library = work / "lib" / "libnvidia-ml.so.1"
     root = work / "root"
     rendered = subprocess.run(
@@ -272,9 +253,7 @@ def _cases() -> list[Any]:
     cases = []
     for machine in MACHINES:
         for family in FAMILIES:
-            reason = KNOWN_READER_GAPS.get((machine.name, family))
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            cases.append(pytest.param(machine, family, marks=marks, id=f"{machine.name}-{family}"))
+            cases.append(pytest.param(machine, family, id=f"{machine.name}-{family}"))
     return cases
 
 
@@ -297,7 +276,7 @@ def test_facts_match_the_mock(mock_reads: _Reads, machine: Machine, family: str)
 )
 def test_older_export_set_is_emulated(mock_reads: _Reads, machine: Machine) -> None:
     """The premise of the older-branch machines: exactly the hidden functions no longer resolve
-    (so their xfails cannot pass for a wrong reason), and the library still initialises."""
+    (so those machines test what they claim to), and the library still initialises."""
     read = mock_reads.get(machine)
     assert read.resolves, read.error
     assert {name for name, found in read.resolves.items() if not found} == machine.hidden_exports

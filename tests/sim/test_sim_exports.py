@@ -3,7 +3,8 @@
 The library is one shared object compiled with ``-fvisibility=default`` from one C file
 per NVML area (``gfd/sim/sim_*.c``); what the files share goes through
 ``gfd/sim/nvmlsim.h`` with hidden visibility. These tests read the built library's
-dynamic symbol table (the ELF ``.dynsym``, parsed here, so no ``nm`` is needed) and the
+dynamic symbol table (the ELF ``.dynsym``, parsed by ``gfd.sim.branch_library``, so no
+``nm`` is needed; where ``nm`` is installed the parse is held against it) and the
 function definitions of the C sources, and catch:
 
 - an ``nvml*`` function defined in a C file but not exported (made ``static``, or its
@@ -16,67 +17,21 @@ from __future__ import annotations
 
 import re
 import shutil
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from gfd.sim import library_path
+from gfd.sim.branch_library import dynamic_exports
 
 CONFIG_CALLS = {"gfdsim_configure", "gfdsim_last_error"}
-
-SHT_DYNSYM = 11
-SHN_UNDEF = 0
-STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE = 1, 2, 10
-STV_DEFAULT, STV_PROTECTED = 0, 3
 
 # A function definition starts at column 0: return type, name, parameters, then "{".
 _DEFINITION = re.compile(
     r"^(?P<head>[A-Za-z_][\w \t*]*?)\b(?P<name>[A-Za-z_]\w*)\s*\([^;{}]*\)\s*\{", re.MULTILINE
 )
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
-
-
-def exported_symbols(path: Path) -> set[str]:
-    """Names the ELF shared object at ``path`` defines in its dynamic symbol table."""
-    data = path.read_bytes()
-    assert data[:4] == b"\x7fELF", f"{path} is not an ELF file"
-    wide = data[4] == 2  # ELFCLASS64
-    order = "<" if data[5] == 1 else ">"
-    if wide:
-        (shoff,) = struct.unpack_from(order + "Q", data, 0x28)
-        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x3A)
-        section = order + "IIQQQQIIQQ"
-    else:
-        (shoff,) = struct.unpack_from(order + "I", data, 0x20)
-        shentsize, shnum = struct.unpack_from(order + "HH", data, 0x2E)
-        section = order + "IIIIIIIIII"
-    # (type, offset, size, link, entsize) of every section
-    sections = [
-        (s[1], s[4], s[5], s[6], s[9])
-        for s in (struct.unpack_from(section, data, shoff + i * shentsize) for i in range(shnum))
-    ]
-    dynsym = [s for s in sections if s[0] == SHT_DYNSYM]
-    assert len(dynsym) == 1, f"{path}: expected one .dynsym section, found {len(dynsym)}"
-    _, offset, size, link, entsize = dynsym[0]
-    _, str_offset, str_size, _, _ = sections[link]
-    strings = data[str_offset : str_offset + str_size]
-    names: set[str] = set()
-    for entry in range(1, size // entsize):  # entry 0 is the null symbol
-        at = offset + entry * entsize
-        if wide:
-            name, info, other, shndx, _, _ = struct.unpack_from(order + "IBBHQQ", data, at)
-        else:
-            name, _, _, info, other, shndx = struct.unpack_from(order + "IIIBBH", data, at)
-        bind, visibility = info >> 4, other & 0x3
-        if (
-            shndx != SHN_UNDEF
-            and bind in (STB_GLOBAL, STB_WEAK, STB_GNU_UNIQUE)
-            and visibility in (STV_DEFAULT, STV_PROTECTED)
-        ):
-            names.add(strings[name : strings.index(b"\0", name)].decode())
-    return names
 
 
 def defined_functions(sources: list[Path]) -> dict[str, tuple[Path, bool]]:
@@ -118,7 +73,7 @@ def test_every_nvml_function_in_the_sources_is_exported(
         f"{name} ({where.name})" for name, (where, is_static) in nvml.items() if is_static
     )
     assert not static, f"nvml* functions defined static, so never exported: {static}"
-    exported = {s for s in exported_symbols(library) if s.startswith("nvml")}
+    exported = {s for s in dynamic_exports(library) if s.startswith("nvml")}
     missing = sorted(f"{name} ({nvml[name][0].name})" for name in nvml.keys() - exported)
     assert not missing, f"defined in the C sources but not exported by {library.name}: {missing}"
     assert exported == nvml.keys(), f"exported but not defined: {sorted(exported - nvml.keys())}"
@@ -127,7 +82,7 @@ def test_every_nvml_function_in_the_sources_is_exported(
 def test_nothing_but_nvml_calls_and_the_config_calls_is_exported(
     library: Path, functions: dict[str, tuple[Path, bool]]
 ) -> None:
-    exported = exported_symbols(library)
+    exported = dynamic_exports(library)
     leaked = sorted(s for s in exported if not s.startswith("nvml") and s not in CONFIG_CALLS)
     assert not leaked, f"internal symbols exported from {library.name}: {leaked}"
     assert exported >= CONFIG_CALLS
@@ -142,4 +97,4 @@ def test_elf_reader_agrees_with_nm(library: Path) -> None:
     out = subprocess.run(
         [nm, "-D", "--defined-only", str(library)], check=True, capture_output=True, text=True
     ).stdout
-    assert exported_symbols(library) == {line.split()[-1] for line in out.splitlines() if line}
+    assert dynamic_exports(library) == {line.split()[-1] for line in out.splitlines() if line}
