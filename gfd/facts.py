@@ -53,6 +53,25 @@ FABRIC_STATES: dict[str, int] = {
 }
 FabricState = Literal["not-supported", "not-started", "in-progress", "completed"]
 
+#: ``NVML_GPU_INSTANCE_PROFILE_*`` indices of the profile variants, and the suffix NVIDIA's
+#: tools write after the profile (``1g.12gb+me``, ``1g.12gb+me.all``, ``4g.71gb-me``,
+#: ``1g.24gb+gfx``): ``+me`` media extensions (REV1), ``+me.all`` all media engines,
+#: ``-me`` no media engine, ``+gfx`` graphics. Other indices have no suffix.
+GI_PROFILE_VARIANTS: dict[int, str] = {
+    0x7: "+me",
+    0x8: "+me",
+    0xA: "+gfx",
+    0xB: "+gfx",
+    0xC: "+gfx",
+    0xD: "-me",
+    0xE: "-me",
+    0xF: "+me.all",
+    0x10: "+me.all",
+    0x11: "+gfx",
+}
+#: ``NVML_GPU_INSTANCE_PROFILE_COUNT`` of current headers: indices run below it.
+GI_PROFILE_INDEX_COUNT = 0x12
+
 BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 CPULIST_PATTERN = re.compile(r"^(\d+(-\d+)?(,\d+(-\d+)?)*)?$")
 
@@ -116,6 +135,10 @@ class MigDevice:
     ofa_engines: int = 0
     #: The profile carries media extensions (``+me``).
     media_extensions: bool = False
+    #: The ``NVML_GPU_INSTANCE_PROFILE_*`` index at which NVML reports the profile
+    #: (``0x7`` is ``1_SLICE_REV1``, i.e. ``+me``); it tells the profile's variant
+    #: (:data:`GI_PROFILE_VARIANTS`). None in facts captured before it was recorded.
+    gi_profile_index: int | None = None
 
 
 @dataclass(frozen=True)
@@ -414,6 +437,24 @@ def _check_consistency(facts: NodeFacts, source: str) -> None:
                     source,
                     f"{where}.nvlinks[{j}].remote_bus_id",
                     f"{link.remote_bus_id!r} is not an NVML PCI bus id",
+                )
+        for j, mig in enumerate(gpu.mig_devices):
+            index = mig.gi_profile_index
+            if index is None:
+                continue
+            mwhere = f"{where}.mig_devices[{j}]"
+            if not 0 <= index < GI_PROFILE_INDEX_COUNT:
+                raise FactsError(
+                    source,
+                    f"{mwhere}.gi_profile_index",
+                    f"{index} is not an NVML_GPU_INSTANCE_PROFILE_* index (0..{GI_PROFILE_INDEX_COUNT - 1})",
+                )
+            if mig.media_extensions != (GI_PROFILE_VARIANTS.get(index) == "+me"):
+                raise FactsError(
+                    source,
+                    f"{mwhere}.media_extensions",
+                    f"must be {not mig.media_extensions} for gi_profile_index {index:#x} "
+                    f"({GI_PROFILE_VARIANTS.get(index) or 'no variant'})",
                 )
         if gpu.memory_total_bytes is not None and gpu.memory_total_bytes < 0:
             raise FactsError(source, f"{where}.memory_total_bytes", "must not be negative")

@@ -26,6 +26,15 @@ class Shape:
     jpeg: int
     ofa: int
     media_extensions: bool = False
+    #: NVML_GPU_INSTANCE_PROFILE_* index NVML reports the profile at (set from profile_id).
+    profile_index: int = -1
+
+    def __post_init__(self) -> None:
+        if self.profile_index < 0:
+            # Where NVML serves these profiles on A100/H100/H200 (1_SLICE, 2_SLICE, ...,
+            # 1_SLICE_REV1 for +me, 1_SLICE_REV2 for the double-memory 1g).
+            by_id = {19: 0x0, 14: 0x1, 9: 0x2, 5: 0x3, 0: 0x4, 20: 0x7, 15: 0x9}
+            object.__setattr__(self, "profile_index", by_id[self.profile_id])
 
 
 A100_40GB = "NVIDIA A100-SXM4-40GB"
@@ -74,6 +83,7 @@ def mig(
         jpeg_decoders=shape.jpeg,
         ofa_engines=shape.ofa,
         media_extensions=shape.media_extensions,
+        gi_profile_index=shape.profile_index,
     )
 
 

@@ -15,7 +15,8 @@ This module owns how MIG devices become labels, as the reference does:
   describing the full GPUs.
 
 The profile string is ``<G>g.<GB>gb`` (``<C>c.<G>g.<GB>gb`` when the compute instance
-has fewer slices than its GPU instance), ``.me`` appended for media extensions; ``GB``
+has fewer slices than its GPU instance), then the profile's variant with ``+`` made
+``.`` as the reference does (``.me``, ``.me.all``, ``.gfx``, ``-me``); ``GB``
 is the reference's rounding of the GPU instance's memory to a share of the GPU
 (:func:`profile_memory_gb`).
 """
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gfd.config import Sharing
-from gfd.facts import Gpu, MigDevice, NodeFacts
+from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
 from gfd.labels.rules import sanitise_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for
 
@@ -60,14 +61,25 @@ def _round_half_away(value: float) -> int:
     return int(floor + 1 if value - floor >= 0.5 else floor)
 
 
+def profile_variant(mig: MigDevice) -> str:
+    """The profile's variant suffix as NVIDIA's tools write it: ``+me``, ``+me.all``, ``-me``, ``+gfx`` or ``""``."""
+    if mig.gi_profile_index is None:
+        return "+me" if mig.media_extensions else ""
+    return GI_PROFILE_VARIANTS.get(mig.gi_profile_index, "")
+
+
 def profile_name(mig: MigDevice, gpu_memory_bytes: int | None) -> str:
-    """The MIG profile as it appears in labels: ``1g.5gb``, ``1c.2g.10gb``, ``1g.10gb.me``."""
+    """The MIG profile as it appears in labels: ``1g.5gb``, ``1c.2g.10gb``, ``1g.10gb.me``.
+
+    ``+`` is not valid in a label key; the reference (and the device plugin's resource
+    names) turn it into ``.``: ``1g.12gb+me`` → ``1g.12gb.me``, ``+me.all`` → ``.me.all``,
+    ``+gfx`` → ``.gfx``; ``-me`` stays (``4g.71gb-me``).
+    """
     gb = profile_memory_gb(mig.gi_memory_mib, gpu_memory_bytes)
     base = f"{mig.gi_slice_count}g.{gb}gb"
     if mig.ci_slice_count != mig.gi_slice_count:
         base = f"{mig.ci_slice_count}c.{base}"
-    # The reference writes "+me" and then turns "+" into "." for labels and resource names.
-    return f"{base}.me" if mig.media_extensions else base
+    return (base + profile_variant(mig)).replace("+", ".")
 
 
 @dataclass(frozen=True)

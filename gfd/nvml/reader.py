@@ -37,6 +37,7 @@ import pynvml
 from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady
 from gfd.facts import (
     FABRIC_STATES,
+    GI_PROFILE_VARIANTS,
     NVLINK_REMOTE_TYPES,
     PCI_LEVELS,
     FabricInfo,
@@ -58,10 +59,6 @@ CPU_AFFINITY_WORDS = 64
 FIELD_NVLINK_LINK_COUNT = 91
 #: Upper bound on links probed one by one when the link-count field is not supported.
 MAX_PROBED_LINKS = 36
-#: ``NVML_GPU_INSTANCE_PROFILE_*`` indices of the profiles with media extensions (``+me``).
-MEDIA_EXTENSION_PROFILES = frozenset(
-    {pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1}
-)
 #: nvml.h's ``nvmlGpuFabricInfo_v3``; pynvml's default fabric struct is still v2.
 FABRIC_INFO_V3 = 0x03000028
 
@@ -557,7 +554,8 @@ def _read_mig_device(
         encoders=int(attributes.sharedEncoderCount),
         jpeg_decoders=int(attributes.sharedJpegCount),
         ofa_engines=int(attributes.sharedOfaCount),
-        media_extensions=profile_index in MEDIA_EXTENSION_PROFILES,
+        media_extensions=GI_PROFILE_VARIANTS.get(profile_index) == "+me",
+        gi_profile_index=profile_index,
     )
 
 

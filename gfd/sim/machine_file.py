@@ -57,6 +57,11 @@ def gi_profile_indices(gpu: Gpu) -> dict[int, int]:
     indices: dict[int, int] = {}
     taken: set[int] = set()
     pending: list[MigDevice] = []
+    # Indices the facts name come first: NVML reported the profile there.
+    for mig in gpu.mig_devices:
+        if mig.gi_profile_index is not None and mig.gi_profile_id not in indices:
+            indices[mig.gi_profile_id] = mig.gi_profile_index
+            taken.add(mig.gi_profile_index)
     for mig in gpu.mig_devices:
         if mig.gi_profile_id in indices:
             continue
@@ -159,6 +164,19 @@ def check_servable(facts: NodeFacts, source: str) -> None:
                         source, f"{where}.fabric.{name}", f"{value} does not fit 32 bits unsigned"
                     )
         seen_migs: set[int] = set()
+        named: dict[int, tuple[int, int]] = {}
+        for j, mig in enumerate(gpu.mig_devices):
+            if mig.gi_profile_index is None:
+                continue
+            other = named.setdefault(mig.gi_profile_index, (mig.gi_profile_id, j))
+            if other[0] != mig.gi_profile_id:
+                raise FactsError(
+                    source,
+                    f"{where}.mig_devices[{j}].gi_profile_index",
+                    f"index {mig.gi_profile_index:#x} is given to profile {other[0]} by "
+                    f"mig_devices[{other[1]}] and to profile {mig.gi_profile_id} here; NVML "
+                    "reports one profile per index",
+                )
         for j, mig in enumerate(gpu.mig_devices):
             mwhere = f"{where}.mig_devices[{j}]"
             if mig.index in seen_migs or mig.index < 0:

@@ -263,6 +263,29 @@ static nvmlReturn_t enter_gi_profile(const char *call, nvmlDevice_t device, unsi
 }
 
 /* "MIG 3g.20gb" from a MIG device named "... MIG 1c.3g.20gb" or "... MIG 3g.20gb". */
+/* The variant suffix NVIDIA's tools print after a profile, by NVML_GPU_INSTANCE_PROFILE_*
+ * index: +me (REV1), +gfx, -me (NO_ME), +me.all (ALL_ME). */
+static const char *gi_profile_variant(const sim_mig *mig) {
+    switch (mig->gi_profile_index) {
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+        return "+me";
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX:
+    case NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX:
+    case NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX:
+        return "+gfx";
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+        return "-me";
+    case NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME:
+    case NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+        return "+me.all";
+    default:
+        return mig->media_extensions ? "+me" : "";
+    }
+}
+
 static void gi_profile_name(const sim_mig *mig, char *out, size_t size) {
     const char *tag = strstr(mig->name, "MIG ");
     if (tag != NULL) {
@@ -274,7 +297,7 @@ static void gi_profile_name(const sim_mig *mig, char *out, size_t size) {
         snprintf(out, size, "MIG %s", profile);
     } else {
         snprintf(out, size, "MIG %ug.%llugb%s", mig->gi_slices, (mig->gi_memory_mib + 1023) / 1024,
-                 mig->media_extensions ? "+me" : "");
+                 gi_profile_variant(mig));
     }
 }
 

@@ -5,6 +5,14 @@ local CPU list and the PCI config space (vGPU detection) come from
 ``/sys/bus/pci/devices/<bus id>/`` and the machine type from
 ``/sys/class/dmi/id/product_name``. This module writes those files under a root
 directory, in the forms the kernel uses, from the facts.
+
+It also writes what NVIDIA's reference reads from each device directory and gfd does
+not (so the reference can run on a simulated machine): ``resource``, the kernel's table of
+the function's regions, one ``start end flags`` line (hex) per BAR, ROM and bridge
+window. A GPU's regions are BAR0 (16 MiB of registers), BAR1 (the framebuffer aperture,
+a power of two at least the GPU's memory, 256 MiB when unknown) and BAR3 (32 MiB), as
+NVIDIA's data-centre GPUs expose them; their addresses are laid out in the 64-bit space
+by bus number, so they differ per GPU and from run to run do not.
 """
 
 from __future__ import annotations
@@ -15,6 +23,14 @@ from gfd.facts import NodeFacts
 from gfd.sim.pci_config import config_space
 
 PCI_DEVICES = Path("bus") / "pci" / "devices"
+#: Lines of a type-0 function's ``resource`` file: 6 BARs, the ROM, 4 SR-IOV/bridge windows
+#: and the two the kernel appends; unused regions are all zero.
+RESOURCE_LINES = 13
+#: ``IORESOURCE_MEM | IORESOURCE_SIZEALIGN`` (BAR0) and, for BAR1/BAR3, also
+#: ``IORESOURCE_PREFETCH | IORESOURCE_MEM_64`` (the kernel's flags for such BARs).
+_MEM_FLAGS = 0x40200
+_PREFETCH64_FLAGS = 0x14220C
+_MIB = 1 << 20
 DMI_PRODUCT_NAME = Path("class") / "dmi" / "id" / "product_name"
 NVIDIA_VENDOR_ID = 0x10DE
 
@@ -23,6 +39,27 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     """``00000000:1B:00.0`` (NVML) → ``0000:1b:00.0`` (sysfs: 4-digit domain, lower case)."""
     domain, rest = nvml_bus_id.split(":", 1)
     return f"{int(domain, 16):04x}:{rest.lower()}"
+
+
+def _resource_table(nvml_bus_id: str, memory_bytes: int | None) -> str:
+    """The ``resource`` file of a GPU: BAR0, BAR1 and BAR3 mapped, every other line zero."""
+    bus = int(nvml_bus_id.split(":")[1], 16)
+    aperture = 256 * _MIB
+    while memory_bytes is not None and aperture < memory_bytes:
+        aperture <<= 1
+    # BAR0 below 4 GiB (a 32-bit BAR); each bus gets its own 1 TiB window for the 64-bit ones.
+    window = (1 << 40) * (bus + 1)
+    regions = {
+        0: (0x80000000 + (bus % 64) * 32 * _MIB, 16 * _MIB, _MEM_FLAGS),
+        1: (window, aperture, _PREFETCH64_FLAGS),
+        3: (window + aperture, 32 * _MIB, _PREFETCH64_FLAGS),
+    }
+    lines = []
+    for index in range(RESOURCE_LINES):
+        start, size, flags = regions.get(index, (0, 0, 0))
+        end = start + size - 1 if size else 0
+        lines.append(f"0x{start:016x} 0x{end:016x} 0x{flags:016x}\n")
+    return "".join(lines)
 
 
 def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
@@ -49,6 +86,7 @@ def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
         device_id = gpu.pci_device_id >> 16 if gpu.pci_device_id is not None else 0
         config = config_space(device_id, gpu.pci_class or 0, facts.vgpu)
         (device / "config").write_bytes(config)
+        (device / "resource").write_text(_resource_table(gpu.bus_id, gpu.memory_total_bytes))
     machine_type_file = root / DMI_PRODUCT_NAME
     machine_type_file.parent.mkdir(parents=True, exist_ok=True)
     if facts.machine_type is not None:
