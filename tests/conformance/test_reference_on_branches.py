@@ -109,7 +109,5 @@ def test_same_labels_as_the_reference_on_each_branch(
     assert set(ours) - set(theirs) <= GFD_ONLY_KEYS, sorted(set(ours) - set(theirs))
     common = {k: v for k, v in ours.items() if k not in GFD_ONLY_KEYS}
     assert common == theirs
-    assert (
-        f"nvidia.com/cuda.driver-version.major={branch}" in {f"{k}={v}" for k, v in theirs.items()}
-        or branch == 570
-    )
+    # The machine really runs that branch (both read it from the simulated NVML).
+    assert theirs["nvidia.com/cuda.driver-version.major"] == str(branch)
