@@ -11,8 +11,8 @@ not (so the reference can run on a simulated machine): ``resource``, the kernel'
 the function's regions, one ``start end flags`` line (hex) per BAR, ROM and bridge
 window. A GPU's regions are BAR0 (16 MiB of registers), BAR1 (the framebuffer aperture,
 a power of two at least the GPU's memory, 256 MiB when unknown) and BAR3 (32 MiB), as
-NVIDIA's data-centre GPUs expose them; their addresses are laid out in the 64-bit space
-by bus number, so they differ per GPU and from run to run do not.
+NVIDIA's data-centre GPUs expose them; their addresses are laid out by GPU index, so
+they differ per GPU and do not change from run to run.
 """
 
 from __future__ import annotations
@@ -41,16 +41,16 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
-def _resource_table(nvml_bus_id: str, memory_bytes: int | None) -> str:
+def _resource_table(gpu_index: int, memory_bytes: int | None) -> str:
     """The ``resource`` file of a GPU: BAR0, BAR1 and BAR3 mapped, every other line zero."""
-    bus = int(nvml_bus_id.split(":")[1], 16)
     aperture = 256 * _MIB
     while memory_bytes is not None and aperture < memory_bytes:
         aperture <<= 1
-    # BAR0 below 4 GiB (a 32-bit BAR); each bus gets its own 1 TiB window for the 64-bit ones.
-    window = (1 << 40) * (bus + 1)
+    # BAR0 is a 32-bit BAR: 16 MiB slots from 2 GiB up, distinct for the first 128 GPUs.
+    # The 64-bit BARs get a 1 TiB window per GPU.
+    window = (1 << 40) * (gpu_index + 1)
     regions = {
-        0: (0x80000000 + (bus % 64) * 32 * _MIB, 16 * _MIB, _MEM_FLAGS),
+        0: (0x80000000 + (gpu_index % 128) * 16 * _MIB, 16 * _MIB, _MEM_FLAGS),
         1: (window, aperture, _PREFETCH64_FLAGS),
         3: (window + aperture, 32 * _MIB, _PREFETCH64_FLAGS),
     }
@@ -86,7 +86,7 @@ def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
         device_id = gpu.pci_device_id >> 16 if gpu.pci_device_id is not None else 0
         config = config_space(device_id, gpu.pci_class or 0, facts.vgpu)
         (device / "config").write_bytes(config)
-        (device / "resource").write_text(_resource_table(gpu.bus_id, gpu.memory_total_bytes))
+        (device / "resource").write_text(_resource_table(gpu.index, gpu.memory_total_bytes))
     machine_type_file = root / DMI_PRODUCT_NAME
     machine_type_file.parent.mkdir(parents=True, exist_ok=True)
     if facts.machine_type is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import re
@@ -335,7 +336,12 @@ def test_absent_facts_leave_sysfs_files_out(tmp_path: Path) -> None:
     facts = NodeFacts(gpus=(Gpu(0, "Tesla T4", "GPU-1", "00000001:0A:00.0"),))
     with simulate(facts, workdir=tmp_path) as machine:
         device = machine.sysfs_root / "bus/pci/devices/0001:0a:00.0"
-        assert sorted(p.name for p in device.iterdir()) == ["config", "numa_node", "vendor"]
+        assert sorted(p.name for p in device.iterdir()) == [
+            "config",
+            "numa_node",
+            "resource",
+            "vendor",
+        ]
         assert (device / "numa_node").read_text() == "-1\n"
         # Without vGPU facts: what the kernel gives an unprivileged reader.
         assert len((device / "config").read_bytes()) == 64
@@ -480,3 +486,28 @@ def test_unreadable_profiles_name_the_file(tmp_path: Path) -> None:
     listing.write_text("- 1\n- 2\n")
     with pytest.raises(FactsError, match=re.escape(f"{listing}: expected a mapping")):
         load_profile(str(listing))
+
+
+def test_resource_file_is_what_nvidias_pci_reader_parses(tmp_path: Path) -> None:
+    """NVIDIA's go-nvlib reads ``resource`` as lines of exactly three numbers (start end flags)
+    and keeps the regions of non-zero size; a GPU has BAR0, BAR1 (>= its memory) and BAR3."""
+    with simulate("dgx-h100", workdir=tmp_path) as machine:
+        regions: dict[str, dict[int, tuple[int, int]]] = {}
+        for device in sorted((machine.sysfs_root / "bus/pci/devices").iterdir()):
+            lines = (device / "resource").read_text().strip().split("\n")
+            assert len(lines) == 13
+            fields = [line.split(" ") for line in lines]
+            assert all(len(f) == 3 for f in fields)
+            regions[device.name] = {
+                i: (int(f[0], 0), int(f[1], 0)) for i, f in enumerate(fields) if f[0] != f[1]
+            }
+    memory = machine.profile.facts.gpus[0].memory_total_bytes
+    assert memory is not None
+    spans = []
+    for bars in regions.values():
+        assert sorted(bars) == [0, 1, 3]
+        assert bars[0][1] - bars[0][0] + 1 == 16 << 20 and bars[0][1] < 1 << 32
+        assert bars[1][1] - bars[1][0] + 1 >= memory
+        spans.extend(bars.values())
+    spans.sort()
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(spans)), "regions overlap"
