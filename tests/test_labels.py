@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gfd.facts import NodeFacts, VgpuInfo
 from gfd.labels import LabelOptions, build_labels, merge, validated
 from gfd.labels.core import gpu_family
 from gfd.labels.rules import is_valid_key, is_valid_value, reference_sanitise, sanitise_value
@@ -322,3 +323,13 @@ def test_merge_later_wins_and_validated_sorts() -> None:
     merged = merge([{"b": "1", "a": "1"}, {"a": "2"}])
     assert merged == {"a": "2", "b": "1"}
     assert list(validated({"z": "1", "a": "2"}).labels) == ["a", "z"]
+
+
+def test_a_node_without_gpus_gets_no_gpu_labels() -> None:
+    """As the reference labels it (measured: its oneshot on a simulated zero-GPU machine)."""
+    facts = NodeFacts(
+        driver_version="550.163.01", cuda_driver_version=12040, machine_type="DGX H100",
+        vgpu=VgpuInfo(present=False),
+    )  # fmt: skip
+    labels = build_labels(facts, LabelOptions(timestamp=1700000000, mig_strategy="mixed")).labels
+    assert labels == {"nvidia.com/gfd.timestamp": "1700000000", "nvidia.com/vgpu.present": "false"}

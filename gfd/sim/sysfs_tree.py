@@ -71,6 +71,8 @@ def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
     holds 256 bytes of config space with the vGPU capability when ``facts.vgpu`` is set,
     else the 64 bytes the kernel gives an unprivileged reader.
     """
+    # A real /sys always has the directory, also on a machine without GPUs.
+    (root / PCI_DEVICES).mkdir(parents=True, exist_ok=True)
     for gpu in facts.gpus:
         device = root / PCI_DEVICES / sysfs_bus_id(gpu.bus_id)
         device.mkdir(parents=True, exist_ok=True)

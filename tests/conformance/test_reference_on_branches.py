@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gfd.facts import NodeFacts
 from gfd.sim import prepare_machine
 from tests.oracles import oracle_path, oracles_required
 from tests.reliability.agent_process import parse_label_lines
@@ -111,3 +112,15 @@ def test_same_labels_as_the_reference_on_each_branch(
     assert common == theirs
     # The machine really runs that branch (both read it from the simulated NVML).
     assert theirs["nvidia.com/cuda.driver-version.major"] == str(branch)
+
+
+@pytest.mark.oracle("reference-gfd")
+def test_a_node_without_gpus_gets_the_references_labels(reference: Path, tmp_path: Path) -> None:
+    """NVML up, zero GPUs: no cuda.*, no gpu.machine, only vgpu.present (and no topology)."""
+    facts = NodeFacts(driver_version="550.163.01", cuda_driver_version=12040, machine_type="VM")
+    machine = prepare_machine(facts, tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GFD_")}
+    env.update(machine.environment())
+    theirs = _reference_labels(reference, tmp_path, env)
+    assert theirs == {"nvidia.com/vgpu.present": "false"}
+    assert _gfd_labels(tmp_path, env) == theirs
