@@ -97,7 +97,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
     for option in OPTIONS:
         if hasattr(namespace, option.name):
             raw = getattr(namespace, option.name)
-            explicit[option.name] = convert(option, raw, f"flag {option.flag}", from_text=True)
+            explicit[option.name] = convert(option, raw, option.flag, from_text=True)
     return namespace, explicit
 
 

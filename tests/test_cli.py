@@ -123,7 +123,7 @@ def test_simulate_a_facts_file(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--simulate", "no-such-machine", "labels"], "no-such-machine"),
-        (["--mig-strategy", "all"], "flag --mig-strategy"),
+        (["--mig-strategy", "all"], "--mig-strategy: 'all' is not one of"),
         (["--sleep-interval", "soon"], "is not a duration"),
         (["--frobnicate"], "unrecognized arguments"),
     ],
@@ -134,6 +134,20 @@ def test_bad_input_is_one_clear_line_and_no_traceback(args: list[str], message: 
     assert message in run.stderr
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().startswith("gfd: error:") or "error" in run.stderr
+
+
+def test_durations_as_an_operator_writes_them(tmp_path: Path) -> None:
+    output = tmp_path / "gfd"
+    common = ("--simulate", "t4-single", "--oneshot", "--no-timestamp", "-o", str(output))
+    refused = gfd("--sleep-interval", "60", *common)
+    assert refused.returncode == 2
+    assert refused.stderr == "gfd: error: --sleep-interval: '60' has no unit; write 60s\n"
+    assert not output.exists()
+    assert gfd(*common, env={"GFD_SLEEP_INTERVAL": "60s"}).returncode == 0
+    config = tmp_path / "gfd.yaml"
+    config.write_text("version: v1\nflags: {gfd: {sleepInterval: 60000000000}}\n")
+    assert gfd("--config-file", str(config), *common).returncode == 0
+    assert output.exists()
 
 
 def test_oneshot_failure_is_non_zero_with_one_line_reason(tmp_path: Path) -> None:
