@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gfd.errors import ConfigError
+from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
@@ -303,14 +303,6 @@ MAX_DURATION_SECONDS = MAX_DURATION_NANOSECONDS / 1e9
 #: A config-file integer is nanoseconds (Go's JSON duration); one below a second is
 #: almost surely seconds written without a unit (``sleepInterval: 60``).
 MIN_PLAUSIBLE_NANOSECONDS = 1_000_000_000
-#: How much of a rejected value an error message echoes (then ``…``).
-ECHO_LIMIT = 80
-
-
-def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
-    """``repr(value)`` for an error message, cut to ``limit`` characters then ``…``."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def parse_bool(text: str, where: str) -> bool:
