@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -277,3 +278,17 @@ def test_no_sink_at_all_is_a_configuration_error(tmp_path: Path) -> None:
     run = gfd("--simulate", "t4-single", "--oneshot", "--no-output-file")
     assert run.returncode == 2
     assert "nothing to publish to" in run.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_an_output_file_that_is_a_device_is_refused_and_kept(tmp_path: Path) -> None:
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    run = gfd("--simulate", "t4-single", "--oneshot", "-o", str(null), timeout=20)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1] == (
+        f"gfd: error: feature-file: feature file {null}: exists and is a character device, "
+        "not a regular file; gfd never writes through or replaces it: remove it or choose "
+        "another --output-file"
+    )
+    assert stat.S_ISCHR(null.lstat().st_mode)
