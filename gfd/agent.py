@@ -6,6 +6,11 @@ A cycle reads facts, derives the topology and the labels, and hands one
 sink keeps the last good labels rather than a wrong or partial set. A failing sink
 does not stop the others.
 
+No exception ends the agent from inside a cycle: one that is not a
+:class:`~gfd.errors.GfdError` (a bug in a label rule, a library raising what it
+should not) fails that cycle as ``internal``, is logged with its traceback and
+counted, and the loop retries with backoff like after any failure.
+
 The loop sleeps ``sleep_interval`` with a small jitter between cycles (the first
 sleep spread over a whole interval, so a fleet started together falls out of step:
 :class:`Pacer`), retries a failed cycle sooner with exponential backoff, and wakes at
@@ -21,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind
+from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind, shorten
 from gfd.facts import NodeFacts
 from gfd.labels import LabelOptions, LabelSet, build_labels
 from gfd.sinks import Publication, Sink
@@ -77,6 +82,8 @@ class CycleOutcome:
     #: NVML could not start, and the labels of a node without GPUs were published
     #: (``--fail-on-init-error=false``): a one-shot run has done its job.
     published_without_nvml: bool = False
+    #: The unexpected exception behind an ``internal`` failure (logged with its traceback).
+    error: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -154,7 +161,12 @@ class Agent:
             )
         else:
             self._telemetry.cycle_failed(outcome.kind, duration)
-            self._log.error("cycle failed", reason=outcome.reason, kind=outcome.kind)
+            if outcome.error is not None:
+                self._log.error(
+                    "cycle failed", reason=outcome.reason, kind=outcome.kind, exc_info=outcome.error
+                )
+            else:
+                self._log.error("cycle failed", reason=outcome.reason, kind=outcome.kind)
         return outcome
 
     def _cycle(self) -> CycleOutcome:
@@ -165,6 +177,8 @@ class Agent:
             if failed.init_failure and self._facts_without_nvml and not self._published:
                 return self._publish_without_nvml(failed, self._facts_without_nvml)
             return failed
+        except Exception as exc:
+            return _internal_failure("reading the facts", exc)
         self._telemetry.nvml_up(True)
         try:
             label_set, annotations = compute_labels(facts, self.options, derive=self._derive)
@@ -174,6 +188,8 @@ class Agent:
             return CycleOutcome(
                 ok=False, reason=f"{exc}; keeping the last published labels", kind=error_kind(exc)
             )
+        except Exception as exc:
+            return _internal_failure("computing the labels", exc)
         self._report_drops(label_set)
         # Every sink gets the same labels; the node sink itself moves the timestamp
         # into an annotation when asked, so the feature file keeps it as a label.
@@ -219,15 +235,24 @@ class Agent:
         wrote: list[str] = []
         failures: list[str] = []
         kind = ""
+        unexpected: BaseException | None = None
         for sink in self.sinks:
             try:
                 if sink.publish(publication):
                     wrote.append(sink.name)
             except SinkError as exc:
                 failures.append(f"{sink.name}: {exc}")
-                # A permanent failure of any sink outranks a passing one of another.
-                if kind != "sink-permanent":
+                # A permanent failure of any sink outranks a passing one of another,
+                # and an internal one; an internal one outranks a passing one.
+                if error_kind(exc) == "sink-permanent" or kind in ("", "sink"):
                     kind = error_kind(exc)
+            except Exception as exc:
+                # A bug (or a library raising what it should not) in one sink: the
+                # others still publish, and the traceback goes to the log.
+                failures.append(f"{sink.name}: {_internal_reason(exc)}")
+                unexpected = unexpected or exc
+                if kind != "sink-permanent":
+                    kind = "internal"
         if wrote:
             self._log.info("labels published", sinks=wrote, labels=len(publication.labels))
         if failures:
@@ -237,6 +262,7 @@ class Agent:
                 kind=kind,
                 labels=publication.labels,
                 wrote=tuple(wrote),
+                error=unexpected,
             )
         self._published = True
         return CycleOutcome(ok=True, labels=publication.labels, wrote=tuple(wrote))
@@ -257,6 +283,20 @@ class Agent:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def _internal_reason(exc: BaseException) -> str:
+    return shorten(f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _internal_failure(stage: str, exc: BaseException) -> CycleOutcome:
+    """A cycle failed by an exception gfd does not know: a bug, never a reason to exit."""
+    return CycleOutcome(
+        ok=False,
+        reason=f"{_internal_reason(exc)} while {stage}; keeping the last published labels",
+        kind="internal",
+        error=exc,
+    )
 
 
 class LoopControl:

@@ -23,10 +23,8 @@ from typing import Any, TextIO
 
 from gfd import __version__
 from gfd.config import OPTIONS, Settings, convert, resolve_settings
-from gfd.errors import ConfigError, GfdError
+from gfd.errors import ConfigError, GfdError, shorten
 from gfd.facts import NodeFacts
-
-FactsReader = Callable[[], NodeFacts]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -98,7 +96,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
     for option in OPTIONS:
         if hasattr(namespace, option.name):
             raw = getattr(namespace, option.name)
-            explicit[option.name] = convert(option, raw, f"flag {option.flag}", from_text=True)
+            explicit[option.name] = convert(option, raw, option.flag, from_text=True)
     return namespace, explicit
 
 
@@ -114,6 +112,8 @@ class NodeReader:
     machine_type_file: Path
     #: None: the driver's libnvidia-ml.so.1; else a simulator library.
     library_path: Path | None = None
+    #: Where absent optional facts are logged (gfd's logger when None).
+    log: Any = field(default=None, compare=False, repr=False)
     #: (call, cause) of absent optional NVML facts already logged: once per process.
     _reported: set[tuple[str, str]] = field(default_factory=set, compare=False, repr=False)
 
@@ -131,9 +131,12 @@ class NodeReader:
         if (call, cause) in self._reported:
             return
         self._reported.add((call, cause))
-        from gfd.logs import get_logger
+        log = self.log
+        if log is None:
+            from gfd.logs import get_logger
 
-        get_logger().debug("NVML fact absent", call=call, cause=cause)
+            log = get_logger()
+        log.debug("NVML fact absent", call=call, cause=cause)
 
     def without_nvml(self) -> NodeFacts:
         from gfd.nvml.reader import read_facts_without_nvml
@@ -156,7 +159,12 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
                 library_path=machine.library_path,
             )
         return
-    yield NodeReader(
+    yield host_reader(settings)
+
+
+def host_reader(settings: Settings) -> NodeReader:
+    """Facts from this machine's NVML, sysfs and DMI file, as ``settings`` name them."""
+    return NodeReader(
         sysfs_root=Path(settings.sysfs_root), machine_type_file=Path(settings.machine_type_file)
     )
 
@@ -165,22 +173,46 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
 # Sinks
 
 
+@dataclass
+class SinkSet:
+    """The sinks one configuration publishes to, and the Kubernetes client they share."""
+
+    sinks: list[Any]
+    client: Any = None
+    kubeconfig: str | None = None
+
+
 class SinkFactory:
-    """Builds the sinks a Settings asks for; keeps one Kubernetes client per process."""
+    """Builds the sinks a Settings asks for; keeps one Kubernetes client per process.
+
+    Building never disturbs what runs: a reload builds the new set beside the old
+    one and :meth:`adopt` s it only once everything else of the reload worked, or
+    :meth:`discard` s it, so a refused reload leaves the old sinks and client alive.
+    """
 
     def __init__(self, stop: Any) -> None:
         self._stop = stop
         self._kube: Any = None
         self._kubeconfig: str | None = None
 
-    def _client(self, settings: Settings) -> Any:
-        if self._kube is None or self._kubeconfig != settings.kubeconfig:
-            from gfd.sinks.kube import connect_kubernetes
+    def _client(self, settings: Settings) -> tuple[Any, bool]:
+        """The client for ``settings`` and whether it is a new one."""
+        if self._kube is not None and self._kubeconfig == settings.kubeconfig:
+            return self._kube, False
+        from gfd.sinks.kube import connect_kubernetes
 
+        return connect_kubernetes(kubeconfig=settings.kubeconfig), True
+
+    def adopt(self, built: SinkSet) -> None:
+        """``built`` is now what runs: close the client it replaced."""
+        if built.client is not None and built.client is not self._kube:
             self.close()
-            self._kube = connect_kubernetes(kubeconfig=settings.kubeconfig)
-            self._kubeconfig = settings.kubeconfig
-        return self._kube
+            self._kube, self._kubeconfig = built.client, built.kubeconfig
+
+    def discard(self, built: SinkSet) -> None:
+        """``built`` will never run: close its client if it made a new one."""
+        if built.client is not None and built.client is not self._kube:
+            built.client.close()
 
     def close(self) -> None:
         """Close the Kubernetes client, if one was made (on reload to another kubeconfig, on exit)."""
@@ -188,7 +220,7 @@ class SinkFactory:
             self._kube.close()
             self._kube = None
 
-    def build(self, settings: Settings, stdout: TextIO) -> list[Any]:
+    def build(self, settings: Settings, stdout: TextIO) -> SinkSet:
         from gfd.sinks.featurefile import FeatureFileSink, StdoutSink
 
         sinks: list[Any] = []
@@ -203,35 +235,106 @@ class SinkFactory:
                 else None
             )
             sinks.append(FeatureFileSink(Path(settings.output_file), expiry=expiry))
-        if settings.patch_node:
-            from gfd.sinks.node import NodeSink
-
-            sinks.append(
-                NodeSink(
-                    client=self._client(settings),
-                    node_name=settings.node_name or "",
-                    stop=self._stop,
-                    timestamp_annotation=settings.timestamp_annotation,
-                )
-            )
-        if settings.use_node_feature_api:
-            from gfd.sinks.nodefeature import NodeFeatureSink
-
-            sinks.append(
-                NodeFeatureSink(
-                    client=self._client(settings),
-                    node_name=settings.node_name or "",
-                    namespace=settings.namespace,
-                    pod_name=settings.pod_name,
-                    stop=self._stop,
-                )
-            )
-        if not sinks:
+        if not (settings.patch_node or settings.use_node_feature_api or sinks):
             raise ConfigError(
                 "nothing to publish to: --no-output-file without --patch-node, "
                 "--use-node-feature-api or --print-labels"
             )
-        return sinks
+        if not (settings.patch_node or settings.use_node_feature_api):
+            return SinkSet(sinks)
+        client, new = self._client(settings)
+        built = SinkSet(sinks, client, settings.kubeconfig)
+        try:
+            if settings.patch_node:
+                from gfd.sinks.node import NodeSink
+
+                sinks.append(
+                    NodeSink(
+                        client=client,
+                        node_name=settings.node_name or "",
+                        stop=self._stop,
+                        timestamp_annotation=settings.timestamp_annotation,
+                    )
+                )
+            if settings.use_node_feature_api:
+                from gfd.sinks.nodefeature import NodeFeatureSink
+
+                sinks.append(
+                    NodeFeatureSink(
+                        client=client,
+                        node_name=settings.node_name or "",
+                        namespace=settings.namespace,
+                        pod_name=settings.pod_name,
+                        stop=self._stop,
+                    )
+                )
+        except BaseException:
+            if new:
+                client.close()
+            raise
+        return built
+
+
+class MetricsEndpoint:
+    """The telemetry and its HTTP server, as the running configuration asks for them.
+
+    :meth:`apply` starts, moves or stops the server for a (re)loaded configuration;
+    when a new address cannot be bound it raises and leaves the old server serving.
+    """
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self.telemetry: Any = None
+        self._server: Any = None
+        self._address = ""
+
+    def apply(self, settings: Settings) -> Callable[[], None]:
+        """Prepare ``settings``' endpoint; returns the commit that makes it current.
+
+        Raises :class:`ConfigError` (nothing changed) when the new address cannot be
+        served. The returned function swaps the servers and is cheap and safe.
+        """
+        address = settings.metrics_address
+        if address == self._address:
+            return lambda: self._set_interval(settings)
+        telemetry, server = self.telemetry, None
+        if address:
+            from gfd.metrics import AgentTelemetry
+
+            if telemetry is None:
+                telemetry = AgentTelemetry(sleep_interval=settings.sleep_interval)
+            server = telemetry.serve(address)
+
+        def commit() -> None:
+            old = self._server
+            self._server, self._address = server, address
+            self.telemetry = telemetry if address else None
+            if old is not None:
+                old.close()
+            if server is not None:
+                self._log.info("metrics and health endpoints up", address=address, port=server.port)
+            else:
+                self._log.info("metrics and health endpoints off")
+            self._set_interval(settings)
+
+        return commit
+
+    def _set_interval(self, settings: Settings) -> None:
+        if self.telemetry is not None:
+            self.telemetry.set_sleep_interval(settings.sleep_interval)
+
+    def reload_failed(self, reason: str) -> None:
+        if self.telemetry is not None:
+            self.telemetry.config_reload_failed(reason)
+
+    def reloaded(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.config_reloaded()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 # --------------------------------------------------------------------------- #
@@ -297,23 +400,23 @@ def command_run(
     log: Any,
 ) -> int:
     """Label once (``--oneshot``) or forever; SIGTERM/SIGINT stop, SIGHUP reloads the config."""
-    from gfd.agent import Agent, LoopControl, Pacer
-    from gfd.logs import configure_logging
+    from gfd.agent import LoopControl, Pacer
 
     control = LoopControl()
     factory = SinkFactory(control.stop)
-    telemetry, server = _start_metrics(settings, log)
+    endpoint = MetricsEndpoint(log)
+    endpoint.apply(settings)()
     previous = _install_signal_handlers(control)
     try:
-        with facts_source(settings) as read:
-            agent = Agent(
-                read_facts=read,
-                facts_without_nvml=_without_nvml(settings, read),
-                sinks=factory.build(settings, stdout),
-                options=_label_options(settings, with_timestamp=True),
-                log=log,
-                telemetry=telemetry,
-            )
+        with facts_source(settings) as simulated:
+            # The simulator is fixed for the process (--simulate is a flag); a host
+            # reader follows the machine-type file and sysfs root of each reload.
+            def reader_for(chosen: Settings) -> NodeReader:
+                return simulated if chosen.simulate else host_reader(chosen)
+
+            built = factory.build(settings, stdout)
+            factory.adopt(built)
+            agent = _agent_for(settings, built, reader_for(settings), log, endpoint)
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
             while not control.stop.is_set():
@@ -333,53 +436,94 @@ def command_run(
                 control.sleep(pacer.next_delay(outcome.ok))
                 if control.reload_requested and not control.stop.is_set():
                     control.reload_requested = False
-                    try:
-                        reloaded = resolve_settings(explicit, env)
-                    except GfdError as exc:
-                        log.error(
-                            "config reload failed; keeping the running configuration",
-                            reason=str(exc),
-                        )
-                        continue
-                    configure_logging(reloaded.log_level)
-                    agent.close()
-                    settings = reloaded
-                    pacer.sleep_interval = settings.sleep_interval
-                    agent = Agent(
-                        read_facts=read,
-                        facts_without_nvml=_without_nvml(settings, read),
-                        sinks=factory.build(settings, stdout),
-                        options=_label_options(settings, with_timestamp=True),
-                        log=log,
-                        telemetry=telemetry,
+                    swapped = _reload(
+                        explicit, env, settings, agent, factory, endpoint, reader_for, stdout, log
                     )
-                    log.info("configuration reloaded", config_file=settings.config_file)
+                    if swapped is not None:
+                        settings, agent = swapped
+                        pacer.sleep_interval = settings.sleep_interval
             log.info("stopping", reason="signal")
             agent.close()
             return EXIT_OK
     finally:
         _restore_signal_handlers(previous)
         factory.close()
-        if server is not None:
-            server.close()
+        endpoint.close()
 
 
-def _without_nvml(settings: Settings, read: NodeReader) -> FactsReader | None:
-    """With ``--fail-on-init-error=false`` a node whose NVML cannot start is labelled
-    without GPUs (the reference does the same) until NVML comes up."""
-    return None if settings.fail_on_init_error else read.without_nvml
+def _agent_for(
+    settings: Settings, built: SinkSet, read: NodeReader, log: Any, endpoint: MetricsEndpoint
+) -> Any:
+    from gfd.agent import Agent
+
+    return Agent(
+        read_facts=read,
+        # With --fail-on-init-error=false a node whose NVML cannot start is labelled
+        # without GPUs (the reference does the same) until NVML comes up.
+        facts_without_nvml=None if settings.fail_on_init_error else read.without_nvml,
+        sinks=built.sinks,
+        options=_label_options(settings, with_timestamp=True),
+        log=log,
+        telemetry=endpoint.telemetry,
+    )
 
 
-def _start_metrics(settings: Settings, log: Any) -> tuple[Any, Any]:
-    if not settings.metrics_address:
-        return None, None
-    from gfd.metrics import AgentTelemetry
+def _reload(
+    explicit: Mapping[str, Any],
+    env: Mapping[str, str],
+    current: Settings,
+    agent: Any,
+    factory: SinkFactory,
+    endpoint: MetricsEndpoint,
+    reader_for: Callable[[Settings], NodeReader],
+    stdout: TextIO,
+    log: Any,
+) -> tuple[Settings, Any] | None:
+    """Apply a SIGHUP: the new settings and agent, or None with the running ones kept.
 
-    interval = settings.sleep_interval
-    telemetry = AgentTelemetry(sleep_interval=interval)
-    server = telemetry.serve(settings.metrics_address)
-    log.info("metrics and health endpoints up", address=settings.metrics_address, port=server.port)
-    return telemetry, server
+    Everything that can fail (the config file, the sinks and their Kubernetes client,
+    binding a new metrics address) happens before anything running is touched, so a
+    refused reload leaves the agent exactly as it was; it is logged, counted in
+    ``gfd_config_reload_failures_total`` and shown by ``/readyz``.
+    """
+    from gfd.logs import configure_logging
+
+    def refuse(exc: Exception, event: str, **fields: Any) -> None:
+        known = isinstance(exc, GfdError)
+        reason = shorten(str(exc) if known else f"internal error: {type(exc).__name__}: {exc}")
+        log.error(event, reason=reason, exc_info=None if known else exc, **fields)
+        endpoint.reload_failed(reason)
+
+    try:
+        reloaded = resolve_settings(explicit, env)
+        built = factory.build(reloaded, stdout)
+    except Exception as exc:
+        refuse(exc, "config reload failed; keeping the running configuration")
+        return None
+    try:
+        commit_endpoint = endpoint.apply(reloaded)
+    except Exception as exc:
+        factory.discard(built)
+        refuse(
+            exc,
+            "config reload failed: metrics address change refused; keeping the running configuration",
+            address=reloaded.metrics_address,
+            serving=current.metrics_address,
+        )
+        return None
+    agent.close()
+    factory.adopt(built)
+    commit_endpoint()
+    configure_logging(reloaded.log_level)
+    new_agent = _agent_for(reloaded, built, reader_for(reloaded), log, endpoint)
+    endpoint.reloaded()
+    log.info(
+        "configuration reloaded",
+        config_file=reloaded.config_file,
+        sleep_interval=reloaded.sleep_interval,
+        metrics_address=reloaded.metrics_address,
+    )
+    return reloaded, new_agent
 
 
 def _install_signal_handlers(control: Any) -> dict[int, Any]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gfd.errors import ConfigError
+from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
@@ -296,6 +296,13 @@ _BOOL_WORDS = {
 }
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: The longest duration Go can represent (int64 nanoseconds, about 292 years), which is
+#: also the reference's limit; longer ones overflow timers instead of meaning "forever".
+MAX_DURATION_NANOSECONDS = 2**63 - 1
+MAX_DURATION_SECONDS = MAX_DURATION_NANOSECONDS / 1e9
+#: A config-file integer is nanoseconds (Go's JSON duration); one below a second is
+#: almost surely seconds written without a unit (``sleepInterval: 60``).
+MIN_PLAUSIBLE_NANOSECONDS = 1_000_000_000
 
 
 def parse_bool(text: str, where: str) -> bool:
@@ -303,26 +310,59 @@ def parse_bool(text: str, where: str) -> bool:
     try:
         return _BOOL_WORDS[text.strip().lower()]
     except KeyError:
-        raise ConfigError(f"{where}: {text!r} is not a boolean (use true or false)") from None
+        raise ConfigError(f"{where}: {echo(text)} is not a boolean (use true or false)") from None
 
 
-def parse_duration(value: Any, where: str) -> float | None:
-    """A Go duration (``90s``, ``1h30m``, ``500ms``), integer nanoseconds, or ``infinite`` (None)."""
+def format_duration(seconds: float) -> str:
+    """Seconds as a short Go-style duration (``90s``, ``5m``, ``1h30m``, ``50ms``)."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    if whole != seconds:
+        return f"{seconds:g}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{secs}s" if secs else "",
+    ]
+    return "".join(parts)
+
+
+def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float | None:
+    """A Go duration (``90s``, ``1h30m``, ``500ms``) or ``infinite`` (None), in seconds.
+
+    ``from_text``: the value is a flag or environment variable, where Go's parser
+    rejects a number without a unit. Otherwise it comes from the config file, where
+    an integer is nanoseconds (Go's JSON duration), but one below a second is refused
+    as the likely mistake of writing seconds without a unit. ``0`` is zero everywhere.
+    """
     if isinstance(value, bool):
         raise ConfigError(f"{where}: expected a duration like '60s', got a boolean")
-    if isinstance(value, int):
+    if isinstance(value, int) and not from_text:
         if value < 0:
-            raise ConfigError(f"{where}: a duration must not be negative, got {value}ns")
+            raise ConfigError(f"{where}: a duration must not be negative, got {echo(value)}ns")
+        if value > MAX_DURATION_NANOSECONDS:
+            raise ConfigError(f"{where}: {echo(value)}ns is too large (at most about 292 years)")
+        if 0 < value < MIN_PLAUSIBLE_NANOSECONDS:
+            raise ConfigError(
+                f"{where}: {value} is read as {value} nanoseconds (an integer here is "
+                f"nanoseconds); if you meant seconds, write '{value}s'"
+            )
         return value / 1e9
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected a duration like '60s', got {type(value).__name__}")
     text = value.strip()
     if text.lower() == "infinite":
         return None
-    if text == "0":
+    if text in ("0", "-0", "+0"):
         return 0.0
-    if text.isdigit():
-        return int(text) / 1e9
+    if text.startswith("-"):
+        raise ConfigError(f"{where}: a duration must not be negative, got {echo(value)}")
+    if re.fullmatch(r"\d+(\.\d*)?|\.\d+", text):
+        hint = f"; write {text}s" if len(text) <= 20 else " (write a unit: ns, us, ms, s, m, h)"
+        raise ConfigError(f"{where}: {echo(value)} has no unit{hint}")
     total = 0.0
     position = 0
     for match in _DURATION_PART.finditer(text):
@@ -332,10 +372,13 @@ def parse_duration(value: Any, where: str) -> float | None:
         position = match.end()
     if position != len(text) or not text:
         raise ConfigError(
-            f"{where}: {value!r} is not a duration (examples: 60s, 5m, 1h30m, 500ms, infinite)"
+            f"{where}: {echo(value)} is not a duration (examples: 60s, 5m, 1h30m, 500ms, infinite)"
         )
-    if not math.isfinite(total):
-        raise ConfigError(f"{where}: {value!r} is too large")
+    if not math.isfinite(total) or total > MAX_DURATION_SECONDS:
+        raise ConfigError(
+            f"{where}: {echo(value)} is too large (at most about 292 years; "
+            "use 'infinite' for no repetition)"
+        )
     return total
 
 
@@ -345,19 +388,19 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         if from_text:
             return parse_bool(str(raw), where)
         if not isinstance(raw, bool):
-            raise ConfigError(f"{where}: expected true or false, got {raw!r}")
+            raise ConfigError(f"{where}: expected true or false, got {echo(raw)}")
         return raw
     if option.kind in ("duration", "optional-duration"):
-        seconds = parse_duration(raw, where)
+        seconds = parse_duration(raw, where, from_text=from_text)
         if option.kind == "optional-duration":
             return seconds if seconds else None
         if seconds == 0:
             raise ConfigError(f"{where}: the interval must be positive (or 'infinite')")
         return seconds
     if not isinstance(raw, str):
-        raise ConfigError(f"{where}: expected a string, got {raw!r}")
+        raise ConfigError(f"{where}: expected a string, got {echo(raw)}")
     if option.kind == "choice" and raw not in option.choices:
-        raise ConfigError(f"{where}: {raw!r} is not one of {', '.join(option.choices)}")
+        raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")
     return raw
 
 
@@ -431,7 +474,7 @@ def parse_config(data: Any, path: str) -> ConfigFile:
     version = data.get("version")
     if version != CONFIG_VERSION:
         raise ConfigError(
-            f"config file {path}: version: {version!r} is not supported (use version: {CONFIG_VERSION})"
+            f"config file {path}: version: {echo(version)} is not supported (use version: {CONFIG_VERSION})"
         )
     _check_keys(data, _CONFIG_TREE, path, ())
     values: dict[str, Any] = {}
@@ -509,7 +552,7 @@ def parse_sharing(data: Any, path: str) -> Sharing | None:
 def _config_bool(block: Mapping[str, Any], key: str, where: str) -> bool:
     value = block.get(key, False)
     if not isinstance(value, bool):
-        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{where}.{key}: expected true or false, got {echo(value)}")
     return value
 
 
@@ -526,7 +569,7 @@ def _parse_resource(item: Any, where: str) -> SharedResource:
         raise ConfigError(f"{where}.name: required, a resource name like nvidia.com/gpu")
     replicas = item.get("replicas")
     if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise ConfigError(f"{where}.replicas: expected an integer, got {replicas!r}")
+        raise ConfigError(f"{where}.replicas: expected an integer, got {echo(replicas)}")
     if replicas < 2:
         raise ConfigError(f"{where}.replicas: must be at least 2, got {replicas}")
     rename = item.get("rename")
@@ -577,6 +620,7 @@ def resolve_settings(explicit: Mapping[str, Any], env: Mapping[str, str]) -> Set
 
 
 def _check_combination(settings: Settings) -> None:
+    _check_expiry(settings)
     if settings.timestamp_annotation and not settings.patch_node:
         raise ConfigError(
             "--timestamp-annotation needs --patch-node (only the Node carries annotations)"
@@ -585,6 +629,25 @@ def _check_combination(settings: Settings) -> None:
     if needs_node and not settings.node_name:
         raise ConfigError(
             "--patch-node and --use-node-feature-api need the node name: set --node-name or NODE_NAME"
+        )
+
+
+def _check_expiry(settings: Settings) -> None:
+    """An expiry the loop cannot refresh in time makes NFD drop every GPU label."""
+    expiry = settings.output_file_expiry
+    if expiry is None or settings.oneshot or settings.no_output_file:
+        return
+    interval = settings.sleep_interval
+    if interval is None:
+        raise ConfigError(
+            f"--output-file-expiry {format_duration(expiry)} with --sleep-interval infinite: "
+            "the feature file would expire and never be refreshed; drop the expiry or set an interval"
+        )
+    if expiry < interval:
+        raise ConfigError(
+            f"--output-file-expiry {format_duration(expiry)} is shorter than --sleep-interval "
+            f"{format_duration(interval)}: the feature file would expire between cycles and NFD "
+            "would drop every GPU label; make the expiry at least the interval (several is better)"
         )
 
 

@@ -15,6 +15,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+#: How much of an offending value a message echoes before cutting it with ``…``.
+ECHO_LIMIT = 80
+
+
+def echo(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters then ``…``.
+
+    A hostile input (a 2 GB line, a 50,000-level document) must never become a log
+    line or an error message of the same size.
+    """
+    try:
+        text = repr(value)
+    except Exception:  # a repr that fails (or recurses too deep) must not mask the error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def shorten(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters then ``…`` (free-form reasons from libraries)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
 
 class GfdError(Exception):
     """Base of every error gfd reports with a clear one-line reason."""

@@ -6,7 +6,8 @@ liveness and readiness rules, and one small HTTP server on ``--metrics-address``
 
 - ``/metrics``: Prometheus exposition (text, or OpenMetrics when asked for);
 - ``/healthz``: 200 while the loop is turning, 503 when it is stuck;
-- ``/readyz``: 200 once a first cycle succeeded, 503 before.
+- ``/readyz``: 200 once a first cycle succeeded, 503 before, and 503 while the last
+  SIGHUP reload failed (the previous configuration keeps running; the body says so).
 
 The loop talks to a :class:`Telemetry`: :class:`AgentTelemetry` when metrics are on,
 :class:`DisabledTelemetry` (does nothing, imports nothing) when they are off.
@@ -147,6 +148,8 @@ class AgentTelemetry:
             prometheus_client.PlatformCollector(registry=registry)
         self.registry = registry
         self._liveness_window = liveness_window
+        self._liveness_margin = liveness_margin
+        self._reload_failure: str | None = None
         self._cycle_deadline = cycle_deadline
         self._clock = clock
         self._wall_clock = wall_clock
@@ -197,6 +200,22 @@ class AgentTelemetry:
             "1 when the last NVML read worked, else 0.",
             registry=registry,
         )
+        self._reloads = prometheus_client.Counter(
+            "gfd_config_reloads",
+            "SIGHUP reloads that were applied.",
+            registry=registry,
+        )
+        self._reload_failures = prometheus_client.Counter(
+            "gfd_config_reload_failures",
+            "SIGHUP reloads that were refused; the previous configuration kept running.",
+            registry=registry,
+        )
+        self._last_reload_ok = prometheus_client.Gauge(
+            "gfd_config_last_reload_successful",
+            "1 unless the last SIGHUP reload was refused.",
+            registry=registry,
+        )
+        self._last_reload_ok.set(1)
         # Pre-create every series so dashboards see zeros, not absent metrics.
         for result in ("success", "failure"):
             self._cycles.labels(result=result)
@@ -228,6 +247,25 @@ class AgentTelemetry:
     def nvml_up(self, up: bool) -> None:
         self._nvml_up.set(1 if up else 0)
 
+    def set_sleep_interval(self, sleep_interval: float | None) -> None:
+        """A reload changed the interval: the liveness window moves with it, at once."""
+        window = liveness_window_for(sleep_interval, margin=self._liveness_margin)
+        with self._lock:
+            self._liveness_window = window
+
+    def config_reloaded(self) -> None:
+        self._reloads.inc()
+        self._last_reload_ok.set(1)
+        with self._lock:
+            self._reload_failure = None
+
+    def config_reload_failed(self, reason: str) -> None:
+        """A reload was refused; readiness says so until a later reload succeeds."""
+        self._reload_failures.inc()
+        self._last_reload_ok.set(0)
+        with self._lock:
+            self._reload_failure = reason
+
     def liveness(self) -> Health:
         with self._lock:
             now = self._clock()
@@ -241,12 +279,13 @@ class AgentTelemetry:
                     )
                 return Health(True, f"cycle running for {running:.1f}s")
             idle = now - self._last_cycle_ended_at
-            if self._liveness_window is not None and idle > self._liveness_window:
-                return Health(
-                    False,
-                    f"no cycle for {idle:.0f}s, past the {self._liveness_window:.0f}s window",
-                )
-            return Health(True, f"last cycle ended {idle:.1f}s ago")
+            window = self._liveness_window
+            if window is not None and idle > window:
+                return Health(False, f"no cycle for {idle:.0f}s, past the {window:.0f}s window")
+            within = (
+                f"{window:.0f}s window" if window is not None else "no window: interval infinite"
+            )
+            return Health(True, f"last cycle ended {idle:.1f}s ago ({within})")
 
     def serve(
         self, address: str = DEFAULT_METRICS_ADDRESS, *, poll_interval: float = 0.5
@@ -256,6 +295,12 @@ class AgentTelemetry:
 
     def readiness(self) -> Health:
         with self._lock:
+            if self._reload_failure is not None:
+                return Health(
+                    False,
+                    f"config reload failed, still running the previous configuration: "
+                    f"{self._reload_failure}",
+                )
             if self._succeeded_once:
                 return Health(True, "a cycle has succeeded")
             return Health(False, "no cycle has succeeded yet")

@@ -207,3 +207,93 @@ def test_withheld_label_is_warned_once() -> None:
     agent.cycle()
     withheld = [e for e in log.events if e[1].startswith("label withheld")]
     assert [w[2]["key"] for w in withheld] == ["nvidia.com/vgpu.present"]
+
+
+class CountingTelemetry:
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+        self.succeeded = 0
+
+    def cycle_started(self) -> None:
+        return None
+
+    def cycle_succeeded(self, duration: float, labels_published: int) -> None:
+        self.succeeded += 1
+
+    def cycle_failed(self, kind: str, duration: float) -> None:
+        self.failed.append(kind)
+
+    def nvml_up(self, up: bool) -> None:
+        return None
+
+
+def _broken_rule(_facts: NodeFacts) -> Derived:
+    raise KeyError("nvlink")
+
+
+@pytest.mark.parametrize(
+    ("read", "derive", "stage"),
+    [
+        (scripted(ZeroDivisionError("reader bug"), GOOD), no_topology, "reading the facts"),
+        (scripted(GOOD), _broken_rule, "computing the labels"),
+    ],
+)
+def test_an_unexpected_exception_fails_one_cycle_not_the_agent(
+    read: Callable[[], NodeFacts], derive: Callable[[NodeFacts], Derived], stage: str
+) -> None:
+    log, telemetry, sink = Log(), CountingTelemetry(), RecordingSink()
+    agent = Agent(
+        read_facts=read, sinks=[sink], options=STARTED_AT, log=log, derive=derive,
+        telemetry=telemetry,
+    )  # fmt: skip
+    outcome = agent.cycle()
+    assert not outcome.ok and outcome.kind == "internal"
+    assert stage in outcome.reason and "internal error" in outcome.reason
+    assert telemetry.failed == ["internal"]
+    assert sink.published == [], "nothing is published from a cycle that broke"
+    (level, _event, fields), *_ = [e for e in log.events if e[1] == "cycle failed"]
+    assert level == "error" and isinstance(fields["exc_info"], KeyError | ZeroDivisionError)
+
+
+def test_a_sink_raising_anything_does_not_stop_the_other_sinks() -> None:
+    broken = RecordingSink("broken", fail=AttributeError("'str' object has no attribute 'get'"))
+    good = RecordingSink("good")
+    log = Log()
+    outcome = agent_with(scripted(GOOD), broken, good, log=log).cycle()
+    assert not outcome.ok and outcome.kind == "internal" and outcome.wrote == ("good",)
+    assert "broken: internal error: AttributeError" in outcome.reason
+    assert good.current is not None
+    failed = [fields for _, event, fields in log.events if event == "cycle failed"]
+    assert isinstance(failed[0]["exc_info"], AttributeError)
+
+
+def test_a_permanent_sink_error_outranks_an_internal_one() -> None:
+    outcome = agent_with(
+        scripted(GOOD),
+        RecordingSink("broken", fail=ValueError("bug")),
+        RecordingSink("denied", fail=SinkPermanentError("403")),
+    ).cycle()
+    assert outcome.kind == "sink-permanent"
+
+
+def test_an_internal_failure_reason_is_bounded() -> None:
+    outcome = agent_with(scripted(RuntimeError("x" * 100_000))).cycle()
+    assert outcome.kind == "internal" and len(outcome.reason) < 500
+
+
+def test_the_json_log_carries_the_traceback_of_an_internal_failure() -> None:
+    import io
+    import json
+
+    from gfd.logs import configure_logging, get_logger
+
+    stream = io.StringIO()
+    configure_logging("info", stream=stream, json=True)
+    try:
+        agent_with(scripted(RuntimeError("reader bug")), log=get_logger()).cycle()
+    finally:
+        configure_logging("info")
+    (line,) = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["event"] == "cycle failed" and line["kind"] == "internal"
+    assert line["exception"].startswith("Traceback (most recent call last):")
+    assert "RuntimeError: reader bug" in line["exception"]

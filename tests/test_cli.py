@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -123,7 +124,7 @@ def test_simulate_a_facts_file(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--simulate", "no-such-machine", "labels"], "no-such-machine"),
-        (["--mig-strategy", "all"], "flag --mig-strategy"),
+        (["--mig-strategy", "all"], "--mig-strategy: 'all' is not one of"),
         (["--sleep-interval", "soon"], "is not a duration"),
         (["--frobnicate"], "unrecognized arguments"),
     ],
@@ -134,6 +135,20 @@ def test_bad_input_is_one_clear_line_and_no_traceback(args: list[str], message: 
     assert message in run.stderr
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().startswith("gfd: error:") or "error" in run.stderr
+
+
+def test_durations_as_an_operator_writes_them(tmp_path: Path) -> None:
+    output = tmp_path / "gfd"
+    common = ("--simulate", "t4-single", "--oneshot", "--no-timestamp", "-o", str(output))
+    refused = gfd("--sleep-interval", "60", *common)
+    assert refused.returncode == 2
+    assert refused.stderr == "gfd: error: --sleep-interval: '60' has no unit; write 60s\n"
+    assert not output.exists()
+    assert gfd(*common, env={"GFD_SLEEP_INTERVAL": "60s"}).returncode == 0
+    config = tmp_path / "gfd.yaml"
+    config.write_text("version: v1\nflags: {gfd: {sleepInterval: 60000000000}}\n")
+    assert gfd("--config-file", str(config), *common).returncode == 0
+    assert output.exists()
 
 
 def test_oneshot_failure_is_non_zero_with_one_line_reason(tmp_path: Path) -> None:
@@ -266,3 +281,17 @@ def test_no_sink_at_all_is_a_configuration_error(tmp_path: Path) -> None:
     run = gfd("--simulate", "t4-single", "--oneshot", "--no-output-file")
     assert run.returncode == 2
     assert "nothing to publish to" in run.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_an_output_file_that_is_a_device_is_refused_and_kept(tmp_path: Path) -> None:
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    run = gfd("--simulate", "t4-single", "--oneshot", "-o", str(null), timeout=20)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.splitlines()[-1] == (
+        f"gfd: error: feature-file: feature file {null}: exists and is a character device, "
+        "not a regular file; gfd never writes through or replaces it: remove it or choose "
+        "another --output-file"
+    )
+    assert stat.S_ISCHR(null.lstat().st_mode)

@@ -207,12 +207,12 @@ def test_unreadable_and_non_utf8_config(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["--mig-strategy", "all"], {}, "flag --mig-strategy: 'all' is not one of"),
-        (["--sleep-interval", "10x"], {}, "flag --sleep-interval: '10x' is not a duration"),
-        (["--oneshot=perhaps"], {}, "flag --oneshot: 'perhaps' is not a boolean"),
+        (["--mig-strategy", "all"], {}, "--mig-strategy: 'all' is not one of"),
+        (["--sleep-interval", "10x"], {}, "--sleep-interval: '10x' is not a duration"),
+        (["--oneshot=perhaps"], {}, "--oneshot: 'perhaps' is not a boolean"),
         ([], {"GFD_SLEEP_INTERVAL": "fast"}, "environment variable GFD_SLEEP_INTERVAL"),
         ([], {"GFD_ONESHOT": "2"}, "environment variable GFD_ONESHOT: '2' is not a boolean"),
-        (["--log-level", "loud"], {}, "flag --log-level"),
+        (["--log-level", "loud"], {}, "--log-level"),
         (["--patch-node"], {}, "need the node name"),
         (["--timestamp-annotation"], {}, "--timestamp-annotation needs --patch-node"),
     ],
@@ -234,23 +234,132 @@ def test_unknown_flag_is_a_usage_error() -> None:
         ("5m", 300.0),
         ("1h30m", 5400.0),
         ("500ms", 0.5),
+        ("50ms", 0.05),
         ("1.5s", 1.5),
         ("infinite", None),
         ("2h", 7200.0),
-        ("100", 1e-7),
+        ("0", 0.0),
+        ("2562047h", 2562047 * 3600.0),
     ],
 )
 def test_durations(text: str, seconds: float | None) -> None:
     assert parse_duration(text, "x") == seconds
 
 
-@pytest.mark.parametrize("text", ["", "s", "5", "5 m", "5d", "m5", "1h-5m", "five"])
+@pytest.mark.parametrize("text", ["", "s", "5 m", "5d", "m5", "1h-5m", "five", "1e3s"])
 def test_bad_durations(text: str) -> None:
-    if text == "5":
-        assert parse_duration(text, "x") == 5e-9
-        return
     with pytest.raises(ConfigError, match="is not a duration"):
         parse_duration(text, "x")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "line"),
+    [
+        (["--sleep-interval", "60"], {}, "--sleep-interval: '60' has no unit; write 60s"),
+        (["--sleep-interval=1.5"], {}, "--sleep-interval: '1.5' has no unit; write 1.5s"),
+        (
+            [],
+            {"GFD_SLEEP_INTERVAL": "60"},
+            "environment variable GFD_SLEEP_INTERVAL: '60' has no unit; write 60s",
+        ),
+        (
+            ["--output-file-expiry", "3600"],
+            {},
+            "--output-file-expiry: '3600' has no unit; write 3600s",
+        ),
+        (
+            [],
+            {"GFD_OUTPUT_FILE_EXPIRY": "3600"},
+            "environment variable GFD_OUTPUT_FILE_EXPIRY: '3600' has no unit; write 3600s",
+        ),
+        (["--sleep-interval=-5s"], {}, "--sleep-interval: a duration must not be negative"),
+    ],
+)
+def test_a_duration_without_a_unit_is_refused_in_flags_and_environment(
+    argv: list[str], env: dict[str, str], line: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_for(argv, env)
+    assert str(caught.value) == line or str(caught.value).startswith(line)
+
+
+def test_an_explicit_small_duration_with_a_unit_is_allowed() -> None:
+    assert settings_for(["--sleep-interval", "50ms"]).sleep_interval == 0.05
+    assert settings_for([], {"GFD_SLEEP_INTERVAL": "60s"}).sleep_interval == 60.0
+
+
+@pytest.mark.parametrize("value", ["99999999999h", "2562048h", "9" * 400 + "s"])
+def test_a_duration_too_large_to_represent_is_one_line(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_for(["--sleep-interval", value])
+    message = str(caught.value)
+    assert "is too large" in message and "\n" not in message
+    assert len(message) < 200, "the value is echoed cut short"
+
+
+def test_config_file_integer_nanoseconds_are_kept(tmp_path: Path) -> None:
+    config = write(tmp_path, "version: v1\nflags: {gfd: {sleepInterval: 60000000000}}\n")
+    assert settings_for(["--config-file", config]).sleep_interval == 60.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "sleepInterval: 60",
+            "flags.gfd.sleepInterval: 60 is read as 60 nanoseconds (an integer here is "
+            "nanoseconds); if you meant seconds, write '60s'",
+        ),
+        ("outputFileExpiry: 3600", "flags.gfd.outputFileExpiry: 3600 is read as 3600 nanoseconds"),
+        ("sleepInterval: 999999999", "999999999 is read as 999999999 nanoseconds"),
+        ("sleepInterval: '60'", "flags.gfd.sleepInterval: '60' has no unit; write 60s"),
+        ("sleepInterval: 9223372036854775808", "9223372036854775808ns is too large"),
+        ("sleepInterval: 10000000000000000000000000h", "is too large"),
+    ],
+)
+def test_config_file_durations_that_are_likely_mistakes(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    config = write(tmp_path, f"version: v1\nflags: {{gfd: {{{text}}}}}\n")
+    with pytest.raises(ConfigError) as caught:
+        settings_for(["--config-file", config])
+    assert str(caught.value).startswith(f"config file {config}: ")
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--output-file-expiry", "30s", "--sleep-interval", "1m"],
+            "--output-file-expiry 30s is shorter than --sleep-interval 1m: the feature file "
+            "would expire between cycles",
+        ),
+        (
+            ["--output-file-expiry", "59s"],
+            "--output-file-expiry 59s is shorter than --sleep-interval 1m",
+        ),
+        (
+            ["--output-file-expiry", "1h", "--sleep-interval", "infinite"],
+            "--output-file-expiry 1h with --sleep-interval infinite",
+        ),
+    ],
+)
+def test_an_expiry_the_loop_cannot_refresh_is_refused(argv: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_for(argv)
+
+
+def test_an_expiry_the_loop_refreshes_in_time_is_accepted(tmp_path: Path) -> None:
+    assert settings_for(["--output-file-expiry", "1m"]).output_file_expiry == 60.0
+    assert settings_for(["--output-file-expiry", "0"]).output_file_expiry is None
+    # A one-shot Job writes once: its expiry is how long the labels should live.
+    assert settings_for(["--oneshot", "--output-file-expiry", "10s"]).output_file_expiry == 10.0
+    config = write(
+        tmp_path, "version: v1\nflags: {gfd: {sleepInterval: 10s, outputFileExpiry: 5s}}\n"
+    )
+    with pytest.raises(ConfigError, match="--output-file-expiry 5s is shorter than"):
+        settings_for(["--config-file", config])
 
 
 def test_print_labels_from_flag_env_and_file(tmp_path: Path) -> None:

@@ -64,7 +64,8 @@ def test_changed_labels_replace_the_file_atomically_with_mode_set(tmp_path: Path
     assert sink.publish(Publication({**LABELS, "nvidia.com/gpu.count": "7"})) is True
     assert read_features_dir(tmp_path, T0)["nvidia.com/gpu.count"] == "7"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert [p.name for p in tmp_path.iterdir()] == ["gfd"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".gfd.staging", "gfd"]
+    assert list((tmp_path / ".gfd.staging").iterdir()) == [], "no temporary file is left"
 
 
 def test_expiry_directive_is_written_and_honoured_by_nfd(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ def test_oversized_file_is_refused_and_previous_kept(tmp_path: Path) -> None:
 
 
 def test_missing_directory_is_a_clear_permanent_error(tmp_path: Path) -> None:
-    with pytest.raises(SinkPermanentError, match="cannot create .gfd.tmp"):
+    with pytest.raises(SinkPermanentError, match="cannot create a temporary file in"):
         FeatureFileSink(tmp_path / "absent" / "gfd").publish(Publication(LABELS))
 
 
@@ -162,3 +163,126 @@ def test_stdout_sink_prints_once_per_change() -> None:
     assert sink.publish(Publication(LABELS)) is True
     assert sink.publish(Publication(LABELS)) is False
     assert out.getvalue() == "".join(f"{k}={LABELS[k]}\n" for k in sorted(LABELS))
+
+
+# --------------------------------------------------------------------------- #
+# A features directory others can write: nothing planted there is followed or replaced
+
+
+def _names(*names: str):  # type: ignore[no-untyped-def]
+    def generate(_target: str):  # type: ignore[no-untyped-def]
+        yield from names
+
+    return generate
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A file outside the features directory that a planted symlink points at."""
+    path = tmp_path / "etc-shadow"
+    path.write_bytes(b"root:secret\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def features(tmp_path: Path) -> Path:
+    directory = tmp_path / "features.d"
+    directory.mkdir()
+    return directory
+
+
+@pytest.mark.parametrize("where", ["staging", "features-dir"])
+def test_a_symlink_planted_at_the_temporary_name_is_never_followed(
+    features: Path, victim: Path, where: str
+) -> None:
+    if where == "features-dir":
+        # A staging name that is not a directory: the temporary file goes beside the target.
+        (features / ".gfd.staging").write_text("not a directory")
+        stage = features
+    else:
+        stage = features / ".gfd.staging"
+        stage.mkdir()
+    (stage / ".gfd.planted.tmp").symlink_to(victim)
+    (stage / ".gfd.dangling.tmp").symlink_to(features.parent / "would-be-created")
+    sink = FeatureFileSink(
+        features / "gfd", temp_names=_names(".gfd.planted.tmp", ".gfd.dangling.tmp", ".gfd.ok.tmp")
+    )
+    assert sink.publish(Publication(LABELS)) is True
+    assert victim.read_bytes() == b"root:secret\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert not (features.parent / "would-be-created").exists()
+    assert (stage / ".gfd.planted.tmp").readlink() == victim, "the planted link is left alone"
+    assert read_features_dir(features, T0) == LABELS
+
+
+def test_the_fixed_temporary_name_of_old_versions_is_not_used(features: Path, victim: Path) -> None:
+    (features / ".gfd.tmp").symlink_to(victim)
+    assert FeatureFileSink(features / "gfd").publish(Publication(LABELS)) is True
+    assert victim.read_bytes() == b"root:secret\n"
+    assert (features / ".gfd.tmp").is_symlink()
+
+
+def test_a_symlink_planted_at_the_staging_directory_is_never_entered(
+    features: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (features / ".gfd.staging").symlink_to(elsewhere)
+    assert FeatureFileSink(features / "gfd").publish(Publication(LABELS)) is True
+    assert list(elsewhere.iterdir()) == []
+    assert read_features_dir(features, T0) == LABELS
+    assert sorted(p.name for p in features.iterdir()) == [".gfd.staging", "gfd"]
+
+
+def test_every_temporary_name_taken_is_an_error_that_removes_nothing(features: Path) -> None:
+    stage = features / ".gfd.staging"
+    stage.mkdir()
+    taken = [f".gfd.{i}.tmp" for i in range(8)]
+    for name in taken:
+        (stage / name).write_text("someone else's")
+    sink = FeatureFileSink(features / "gfd", temp_names=_names(*taken))
+    with pytest.raises(SinkError, match="temporary names were all taken"):
+        sink.publish(Publication(LABELS))
+    assert sorted(p.name for p in stage.iterdir()) == sorted(taken)
+    assert not (features / "gfd").exists()
+
+
+@pytest.mark.parametrize("kind", ["symlink-to-file", "dangling-symlink", "directory", "fifo"])
+def test_a_target_that_is_not_a_regular_file_is_refused_with_one_line(
+    features: Path, victim: Path, kind: str
+) -> None:
+    target = features / "gfd"
+    if kind == "symlink-to-file":
+        target.symlink_to(victim)
+    elif kind == "dangling-symlink":
+        target.symlink_to(features.parent / "nowhere")
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        os.mkfifo(target)
+    with pytest.raises(SinkPermanentError) as refused:
+        FeatureFileSink(target).publish(Publication(LABELS))
+    message = str(refused.value)
+    assert "\n" not in message and "not a regular file" in message and str(target) in message
+    assert victim.read_bytes() == b"root:secret\n"
+    assert not (features.parent / "nowhere").exists()
+    assert target.is_symlink() or target.is_dir() or stat.S_ISFIFO(target.lstat().st_mode)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_a_character_device_target_is_never_replaced(features: Path) -> None:
+    # The device numbers of /dev/null (1, 3), made here so the real one is never at risk.
+    null = features / "gfd"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    with pytest.raises(SinkPermanentError, match="exists and is a character device"):
+        FeatureFileSink(null).publish(Publication(LABELS))
+    mode = null.lstat().st_mode
+    assert stat.S_ISCHR(mode) and null.lstat().st_rdev == os.makedev(1, 3)
+
+
+def test_a_huge_target_is_read_back_bounded(features: Path) -> None:
+    target = features / "gfd"
+    with target.open("wb") as handle:
+        handle.truncate(1 << 30)  # a sparse 1 GiB file: reading it whole would take a GiB
+    assert FeatureFileSink(target).publish(Publication(LABELS)) is True
+    assert read_features_dir(features, T0) == LABELS

@@ -8,9 +8,22 @@ its format and how it is replaced:
 - optionally a leading ``# +expiry-time=<RFC3339>`` directive, so NFD drops the
   labels of an agent that died; the expiry is refreshed when half of it has passed,
   not every cycle;
-- written to a dot-file in the same directory (NFD skips dot-files), fsynced,
-  chmod-ed *before* the rename (the reference chmod-ed after, and NFD sometimes
-  read a file it could not open), renamed over the target, directory fsynced;
+- written to a temporary file with a unique name, created with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW`` (so nothing planted at that name, a symlink
+  least of all, is ever opened), fsynced, chmod-ed to 0644 *before* the rename (the
+  reference chmod-ed after, and NFD sometimes read a file it could not open),
+  renamed over the target, directory fsynced;
+- the temporary file lives in the staging directory ``.<name>.staging`` inside the
+  features directory: the same filesystem (so the rename is atomic), but not the
+  top level NFD's worker watches and reads, so NFD never sees a half-written file
+  nor an event for one. When that directory cannot be used (it is a symlink or not
+  a directory, or cannot be created) the temporary file is a dot-file beside the
+  target instead, which NFD skips;
+- only ever a regular file at the target: a target that exists and is anything
+  else (a symlink, a device such as ``/dev/null``, a FIFO, a directory) is refused
+  with one line, and never opened, followed or replaced;
+- read back (to compare) through ``O_NOFOLLOW | O_NONBLOCK`` and at most
+  :data:`NFD_MAX_FILE_BYTES` + 1 bytes;
 - not rewritten when its bytes would not change, and kept on exit: labels must not
   vanish during a restart or an upgrade.
 """
@@ -21,8 +34,10 @@ import contextlib
 import datetime as dt
 import errno
 import os
+import secrets
+import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -33,6 +48,31 @@ from gfd.sinks import Publication
 NFD_MAX_FILE_BYTES = 65536
 EXPIRY_DIRECTIVE = "# +expiry-time="
 FILE_MODE = 0o644
+DIRECTORY_MODE = 0o755
+#: How many unique temporary names a write tries before it gives up (each taken
+#: name means something else is there: never opened, never removed).
+TEMP_NAME_ATTEMPTS = 8
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def unique_temp_names(target: str) -> Iterator[str]:
+    """Dot-names no one can guess: ``.<target>.<16 hex digits>.tmp``."""
+    while True:
+        yield f".{target}.{secrets.token_hex(8)}.tmp"
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a directory"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def render_labels(labels: Mapping[str, str]) -> str:
@@ -71,6 +111,7 @@ class FeatureFileSink:
         expiry: dt.timedelta | None = None,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         write: Callable[[int, memoryview], int] = os.write,
+        temp_names: Callable[[str], Iterator[str]] = unique_temp_names,
     ) -> None:
         if path.name.startswith(".") or not path.name:
             raise SinkPermanentError(
@@ -81,6 +122,9 @@ class FeatureFileSink:
         self._clock = clock
         # A seam for the reliability suite's writer faults (a disk that fills mid-write).
         self._write = write
+        # A seam for the tests that plant things at the temporary name.
+        self._temp_names = temp_names
+        self.staging_name = f".{path.name}.staging"
 
     def publish(self, publication: Publication) -> bool:
         labels = publication.labels
@@ -113,32 +157,125 @@ class FeatureFileSink:
         return expires_at - now > self.expiry / 2
 
     def _read_current(self) -> bytes | None:
+        """The target's bytes (None when absent); refuses a target that is not a regular file."""
         try:
-            return self.path.read_bytes()
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | _NOFOLLOW)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            # Unreadable is not fatal: rewriting replaces it.
-            if exc.errno in (errno.EACCES, errno.EISDIR):
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+                self._refuse("a symbolic link")
+            if exc.errno in (errno.EACCES, errno.EISDIR, errno.ENXIO):
+                self._check_regular()
                 raise SinkPermanentError(
                     f"feature file {self.path}: cannot read: {exc.strerror}"
                 ) from exc
+            # Unreadable is not fatal: rewriting replaces it.
             return None
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                self._refuse(_kind_of(mode))
+            chunks: list[bytes] = []
+            budget = NFD_MAX_FILE_BYTES + 1
+            while budget > 0:
+                chunk = os.read(fd, budget)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                budget -= len(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _refuse(self, kind: str) -> None:
+        raise SinkPermanentError(
+            f"feature file {self.path}: exists and is {kind}, not a regular file; gfd never "
+            "writes through or replaces it: remove it or choose another --output-file"
+        )
+
+    def _check_regular(self, dir_fd: int | None = None) -> None:
+        """Refuse a target that exists and is not a regular file (never following a link)."""
+        try:
+            if dir_fd is None:
+                mode = os.lstat(self.path).st_mode
+            else:
+                mode = os.stat(self.path.name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return
+        except OSError:
+            return  # what cannot be inspected is left to the write to report
+        if not stat.S_ISREG(mode):
+            self._refuse(_kind_of(mode))
 
     def _replace(self, content: bytes) -> None:
         directory = self.path.parent
-        temp = directory / f".{self.path.name}.tmp"
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
-            error = (
-                SinkPermanentError
-                if exc.errno in (errno.EACCES, errno.EROFS, errno.ENOENT)
-                else SinkError
-            )
-            raise error(
-                f"feature file {self.path}: cannot create {temp.name} in {directory}: {exc.strerror}"
+            raise SinkPermanentError(
+                f"feature file {self.path}: cannot create a temporary file in {directory}: "
+                f"{exc.strerror}"
             ) from exc
+        try:
+            self._check_regular(dir_fd)
+            stage_fd = self._open_staging(dir_fd)
+            try:
+                self._write_and_rename(content, dir_fd, stage_fd)
+            finally:
+                if stage_fd != dir_fd:
+                    os.close(stage_fd)
+            with contextlib.suppress(OSError):
+                # Some filesystems refuse fsync on directories; the rename is atomic anyway.
+                os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _open_staging(self, dir_fd: int) -> int:
+        """The staging directory's descriptor, or ``dir_fd`` when it cannot be used."""
+        with contextlib.suppress(FileExistsError, OSError):
+            os.mkdir(self.staging_name, DIRECTORY_MODE, dir_fd=dir_fd)
+        try:
+            # O_NOFOLLOW: a symlink planted at the staging name is never entered.
+            return os.open(
+                self.staging_name,
+                os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | _NOFOLLOW,
+                dir_fd=dir_fd,
+            )
+        except OSError:
+            return dir_fd
+
+    def _create_temp(self, stage_fd: int) -> tuple[int, str]:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | _NOFOLLOW
+        names = self._temp_names(self.path.name)
+        taken = []
+        for _ in range(TEMP_NAME_ATTEMPTS):
+            name = next(names)
+            try:
+                return os.open(name, flags, FILE_MODE, dir_fd=stage_fd), name
+            except FileExistsError:
+                # Something is already there (planted or stale): never opened, never removed.
+                taken.append(name)
+                continue
+            except OSError as exc:
+                error = (
+                    SinkPermanentError
+                    if exc.errno in (errno.EACCES, errno.EROFS, errno.ENOENT, errno.EPERM)
+                    else SinkError
+                )
+                raise error(
+                    f"feature file {self.path}: cannot create a temporary file in "
+                    f"{self.path.parent}: {exc.strerror}"
+                ) from exc
+        raise SinkError(
+            f"feature file {self.path}: {len(taken)} temporary names were all taken "
+            f"(e.g. {taken[0]}); something is planting files in {self.path.parent}"
+        )
+
+    def _write_and_rename(self, content: bytes, dir_fd: int, stage_fd: int) -> None:
+        fd, temp = self._create_temp(stage_fd)
         try:
             try:
                 view = memoryview(content)
@@ -150,32 +287,15 @@ class FeatureFileSink:
                 os.fchmod(fd, FILE_MODE)
             finally:
                 os.close(fd)
-            os.replace(temp, self.path)
+            # rename(2) replaces a symlink or file at the target itself, never what it
+            # points to; one that appeared since the check is replaced, not followed.
+            os.replace(temp, self.path.name, src_dir_fd=stage_fd, dst_dir_fd=dir_fd)
         except OSError as exc:
-            _unlink_quietly(temp)
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=stage_fd)
             raise SinkError(
                 f"feature file {self.path}: write failed: {exc.strerror or exc}; the previous file is intact"
             ) from exc
-        _fsync_directory(directory)
-
-
-def _unlink_quietly(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        # Some filesystems refuse fsync on directories; the rename itself is already atomic.
-        pass
-    finally:
-        os.close(fd)
 
 
 class StdoutSink:

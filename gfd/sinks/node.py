@@ -5,7 +5,11 @@ set in the annotation ``nvidia.com/gfd.labels`` (sorted, comma-separated) and, o
 every cycle:
 
 * sets the labels it publishes whose value differs on the node;
-* removes only keys listed in its ownership annotation that it no longer publishes;
+* removes only keys listed in its ownership annotation that it no longer publishes,
+  and of those only keys gfd itself can produce (its ``nvidia.com/`` families,
+  :func:`gfd.labels.families.gfd_can_produce`): anyone able to edit the annotation
+  could otherwise make gfd delete arbitrary labels. Other keys listed there are
+  ignored, reported once, and dropped from the annotation when gfd rewrites it;
 * never touches a key that node-feature-discovery owns (listed in NFD's
   ``nfd.node.kubernetes.io/feature-labels``, NFD's default prefix stripped): such a
   key is skipped, and reported once;
@@ -32,8 +36,9 @@ from typing import Any
 
 import structlog
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.errors import SinkError, SinkPermanentError, echo
 from gfd.labels.core import TIMESTAMP_KEY
+from gfd.labels.families import gfd_can_produce
 from gfd.sinks import Publication
 from gfd.sinks.kube import MERGE_PATCH, KubeApiPermanentError, KubeClient, path_segment
 from gfd.topology.render import ANNOTATION_KEY
@@ -79,6 +84,8 @@ class NodeUpdate:
     remove_annotations: frozenset[str] = frozenset()
     #: Keys gfd would publish but NFD owns on this node, so they were left alone.
     skipped_nfd_keys: frozenset[str] = frozenset()
+    #: Keys the ownership annotation lists that gfd can never produce: never removed.
+    foreign_owned_keys: frozenset[str] = frozenset()
 
     @property
     def empty(self) -> bool:
@@ -117,7 +124,8 @@ def plan_node_update(
     Pure: the whole ownership policy of this module lives here.
     """
     nfd_keys = nfd_owned_keys(annotations)
-    owned_before = parse_key_list(annotations.get(OWNERSHIP_ANNOTATION))
+    listed = parse_key_list(annotations.get(OWNERSHIP_ANNOTATION))
+    owned_before = frozenset(k for k in listed if gfd_can_produce(k))
     desired = {k: v for k, v in publication.labels.items() if k not in nfd_keys}
     skipped = frozenset(publication.labels) - frozenset(desired)
 
@@ -140,6 +148,7 @@ def plan_node_update(
         set_annotations=set_annotations,
         remove_annotations=remove_annotations,
         skipped_nfd_keys=skipped,
+        foreign_owned_keys=listed - owned_before,
     )
 
 
@@ -174,6 +183,7 @@ class NodeSink:
         self._max_conflicts = max_conflicts
         self._path = f"/api/v1/nodes/{path_segment(node_name)}"
         self._reported_nfd_keys: set[str] = set()
+        self._reported_foreign_keys: set[str] = set()
 
     def publish(self, publication: Publication) -> bool:
         publication = self._check(publication)
@@ -186,6 +196,7 @@ class NodeSink:
             annotations = metadata.get("annotations") or {}
             update = plan_node_update(labels, annotations, publication)
             self._report_skipped(update.skipped_nfd_keys)
+            self._report_foreign(update.foreign_owned_keys)
             if update.empty:
                 return False
             self._check_annotation_size(annotations, update)
@@ -273,6 +284,20 @@ class NodeSink:
                 node=self.node_name,
                 keys=fresh,
                 reason=f"listed in {NFD_OWNERSHIP_ANNOTATION}; gfd leaves them to NFD",
+            )
+
+    def _report_foreign(self, keys: Iterable[str]) -> None:
+        fresh = sorted(set(keys) - self._reported_foreign_keys)
+        if fresh:
+            self._reported_foreign_keys.update(fresh)
+            shown = [echo(key) for key in fresh[:10]]
+            log.warning(
+                "node_ownership_annotation_lists_foreign_keys",
+                node=self.node_name,
+                keys=shown,
+                count=len(fresh),
+                reason=f"{OWNERSHIP_ANNOTATION} lists keys gfd never produces; "
+                "they are not removed, and are dropped from the annotation",
             )
 
     def _check_annotation_size(self, current: Mapping[str, str], update: NodeUpdate) -> None:

@@ -127,7 +127,8 @@ class Fault:
     """A misbehaviour for the next matching requests.
 
     Exactly one effect: ``status`` answers that status (with ``Retry-After`` when
-    given) and applies nothing; ``delay`` holds the request that long, then handles
+    given) and applies nothing; ``raw`` answers 200 with exactly those bytes (a
+    malformed object, or no JSON at all) and applies nothing; ``delay`` holds the request that long, then handles
     it normally (a client that timed out never sees the result, but the change is
     made, as with a real server); ``drop`` handles the request, then closes the
     connection halfway through the response body. ``times`` = None repeats until
@@ -138,15 +139,16 @@ class Fault:
     retry_after: str | None = None
     delay: float = 0.0
     drop: bool = False
+    raw: bytes | None = None
     method: str | None = None
     path_contains: str | None = None
     times: int | None = 1
     fired: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        effects = (self.status is not None) + (self.delay > 0) + self.drop
+        effects = (self.status is not None) + (self.delay > 0) + self.drop + (self.raw is not None)
         if effects != 1:
-            raise ValueError("a Fault needs exactly one of status, delay or drop")
+            raise ValueError("a Fault needs exactly one of status, delay, drop or raw")
 
     def matches(self, method: str, path: str) -> bool:
         if self.times is not None and self.fired >= self.times:
@@ -190,6 +192,7 @@ class _Reply:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     drop: bool = False
+    raw: bytes | None = None
 
 
 class _ApiError(Exception):
@@ -200,6 +203,12 @@ class _ApiError(Exception):
         self.message = message
         self.details = details
         self.headers: dict[str, str] = {}
+
+
+class _RawReply(Exception):
+    def __init__(self, raw: bytes) -> None:
+        super().__init__("raw reply")
+        self.raw = raw
 
 
 def status_body(
@@ -514,6 +523,8 @@ class ApiServerEmulator:
                 fault_name = self._describe(fault)
                 if fault.status is not None:
                     raise self._fault_error(fault)
+                if fault.raw is not None:
+                    raise _RawReply(fault.raw)
                 if fault.delay > 0:
                     self._closing.wait(fault.delay)
             principal = self._authenticate(headers)
@@ -532,6 +543,8 @@ class ApiServerEmulator:
                 exc.status, status_body(exc.status, exc.reason, exc.message, exc.details)
             )
             reply.headers.update(exc.headers)
+        except _RawReply as exc:
+            reply = _Reply(200, {}, raw=exc.raw)
         with self._lock:
             self._log.append(
                 RecordedRequest(
@@ -574,6 +587,8 @@ class ApiServerEmulator:
     def _describe(fault: Fault) -> str:
         if fault.status is not None:
             return f"status {fault.status}"
+        if fault.raw is not None:
+            return f"raw {len(fault.raw)} bytes"
         return f"delay {fault.delay}s" if fault.delay > 0 else "drop"
 
     @staticmethod
@@ -924,7 +939,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         reply = emulator.handle(self.command, self.path, dict(self.headers.items()), raw)
-        payload = json.dumps(reply.body).encode()
+        payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
         try:
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gfd.labels.families import gfd_can_produce
 from gfd.sinks import Publication
 from gfd.sinks.node import (
     NFD_OWNERSHIP_ANNOTATION,
@@ -32,14 +33,18 @@ def test_nfd_annotation_strips_its_default_prefix_only() -> None:
 
 def test_first_publication_on_a_bare_node() -> None:
     update = plan_node_update(
-        {}, {}, Publication({"nvidia.com/b": "2", "nvidia.com/a": "1"}, {TOPOLOGY_ANNOTATION: "{}"})
+        {},
+        {},
+        Publication(
+            {"nvidia.com/gpu.b": "2", "nvidia.com/gpu.a": "1"}, {TOPOLOGY_ANNOTATION: "{}"}
+        ),
     )
     assert update.merge_patch(None) == {
         "metadata": {
-            "labels": {"nvidia.com/a": "1", "nvidia.com/b": "2"},
+            "labels": {"nvidia.com/gpu.a": "1", "nvidia.com/gpu.b": "2"},
             "annotations": {
                 TOPOLOGY_ANNOTATION: "{}",
-                OWNERSHIP_ANNOTATION: "nvidia.com/a,nvidia.com/b",
+                OWNERSHIP_ANNOTATION: "nvidia.com/gpu.a,nvidia.com/gpu.b",
             },
         }
     }
@@ -47,18 +52,18 @@ def test_first_publication_on_a_bare_node() -> None:
 
 
 def test_matching_node_needs_nothing() -> None:
-    labels = {"nvidia.com/a": "1", "team": "x"}
-    annotations = {OWNERSHIP_ANNOTATION: "nvidia.com/a", "other": "y"}
-    assert plan_node_update(labels, annotations, Publication({"nvidia.com/a": "1"})).empty
+    labels = {"nvidia.com/gpu.a": "1", "team": "x"}
+    annotations = {OWNERSHIP_ANNOTATION: "nvidia.com/gpu.a", "other": "y"}
+    assert plan_node_update(labels, annotations, Publication({"nvidia.com/gpu.a": "1"})).empty
 
 
 def test_removal_of_everything_drops_the_ownership_annotation_too() -> None:
-    labels = {"nvidia.com/a": "1", "team": "x"}
-    annotations = {OWNERSHIP_ANNOTATION: "nvidia.com/a", TOPOLOGY_ANNOTATION: "{}"}
+    labels = {"nvidia.com/gpu.a": "1", "team": "x"}
+    annotations = {OWNERSHIP_ANNOTATION: "nvidia.com/gpu.a", TOPOLOGY_ANNOTATION: "{}"}
     update = plan_node_update(labels, annotations, Publication({}))
     assert update.merge_patch("42") == {
         "metadata": {
-            "labels": {"nvidia.com/a": None},
+            "labels": {"nvidia.com/gpu.a": None},
             "annotations": {OWNERSHIP_ANNOTATION: None, TOPOLOGY_ANNOTATION: None},
             "resourceVersion": "42",
         }
@@ -66,23 +71,24 @@ def test_removal_of_everything_drops_the_ownership_annotation_too() -> None:
 
 
 def test_key_taken_over_by_nfd_is_released_not_removed() -> None:
-    labels = {"nvidia.com/a": "1", "nvidia.com/b": "2"}
+    labels = {"nvidia.com/gpu.a": "1", "nvidia.com/gpu.b": "2"}
     annotations = {
-        OWNERSHIP_ANNOTATION: "nvidia.com/a,nvidia.com/b",
-        NFD_OWNERSHIP_ANNOTATION: "nvidia.com/b",
+        OWNERSHIP_ANNOTATION: "nvidia.com/gpu.a,nvidia.com/gpu.b",
+        NFD_OWNERSHIP_ANNOTATION: "nvidia.com/gpu.b",
     }
     update = plan_node_update(
-        labels, annotations, Publication({"nvidia.com/a": "1", "nvidia.com/b": "3"})
+        labels, annotations, Publication({"nvidia.com/gpu.a": "1", "nvidia.com/gpu.b": "3"})
     )
-    assert update.skipped_nfd_keys == {"nvidia.com/b"}
+    assert update.skipped_nfd_keys == {"nvidia.com/gpu.b"}
     assert update.merge_patch(None) == {
-        "metadata": {"annotations": {OWNERSHIP_ANNOTATION: "nvidia.com/a"}}
+        "metadata": {"annotations": {OWNERSHIP_ANNOTATION: "nvidia.com/gpu.a"}}
     }
 
 
 keys = st.sampled_from(
-    [f"nvidia.com/k{i}" for i in range(6)]
-    + ["team", "feature.node.kubernetes.io/pci-10de.present", "example.com/x"]
+    [f"nvidia.com/gpu.k{i}" for i in range(4)]
+    + ["nvidia.com/mig-1g.5gb.count", "nvidia.com/other", "nvidia.com/gpu"]
+    + ["team", "feature.node.kubernetes.io/pci-10de.present", "example.com/x", "kubernetes.io/os"]
 )
 values = st.sampled_from(["1", "2", "true"])
 label_maps = st.dictionaries(keys, values, max_size=8)
@@ -108,7 +114,7 @@ def test_patch_never_touches_what_gfd_does_not_own(
     after = merge_patch(node, update.merge_patch(None))["metadata"]
     labels_after = after.get("labels", {})
     for key, value in current.items():
-        if key in nfd or (key not in owned and key not in published):
+        if key in nfd or (key not in published and (key not in owned or not gfd_can_produce(key))):
             assert labels_after.get(key) == value, key
     for key, value in published.items():
         if key not in nfd:
@@ -118,3 +124,43 @@ def test_patch_never_touches_what_gfd_does_not_own(
     assert recorded == set(published) - nfd
     # Applying the update reaches a fixed point: the next cycle writes nothing.
     assert plan_node_update(labels_after, after["annotations"], Publication(published)).empty
+
+
+def test_foreign_keys_in_the_ownership_annotation_are_never_removed() -> None:
+    labels = {
+        "kubernetes.io/hostname": "n1",
+        "node-role.kubernetes.io/control-plane": "",
+        "example.com/rack": "r17",
+        "nvidia.com/dcgm.exporter": "true",
+        "nvidia.com/gpu.retired": "true",
+    }
+    listed = ",".join(sorted(labels))
+    update = plan_node_update(labels, {OWNERSHIP_ANNOTATION: listed}, Publication({}))
+    assert update.remove_labels == {"nvidia.com/gpu.retired"}
+    assert update.foreign_owned_keys == set(labels) - {"nvidia.com/gpu.retired"}
+    assert update.merge_patch(None)["metadata"]["labels"] == {"nvidia.com/gpu.retired": None}
+
+
+def test_an_edited_ownership_annotation_is_healed_without_deleting_anything() -> None:
+    labels = {"nvidia.com/gpu.count": "8", "example.com/rack": "r17"}
+    annotations = {OWNERSHIP_ANNOTATION: "example.com/rack,nvidia.com/gpu.count"}
+    update = plan_node_update(labels, annotations, Publication({"nvidia.com/gpu.count": "8"}))
+    assert update.merge_patch(None) == {
+        "metadata": {"annotations": {OWNERSHIP_ANNOTATION: "nvidia.com/gpu.count"}}
+    }
+
+
+def test_gfd_can_produce_only_its_namespace_and_families() -> None:
+    assert gfd_can_produce("nvidia.com/gpu.product")
+    assert gfd_can_produce("nvidia.com/mig-1g.10gb.count")
+    assert gfd_can_produce("nvidia.com/gfd.timestamp")
+    for key in (
+        "nvidia.com/gpu",
+        "nvidia.com/dcgm.exporter",
+        "sub.nvidia.com/gpu.product",
+        "gpu.product",
+        "kubernetes.io/hostname",
+        "nvidia.comx/gpu.count",
+        "nvidia.com/gpu.count/x",
+    ):
+        assert not gfd_can_produce(key), key

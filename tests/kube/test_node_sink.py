@@ -356,3 +356,28 @@ def test_invalid_label_422_is_permanent_and_nothing_is_applied(
     with pytest.raises(SinkPermanentError, match=r"HTTP 422.*is invalid"):
         sink_for(client, stop).publish(publication(bad))
     assert emulator.node_labels(NODE) == {}
+
+
+def test_an_ownership_annotation_edited_to_list_foreign_labels_deletes_none_of_them(
+    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event, cluster: Any
+) -> None:
+    foreign = {
+        "kubernetes.io/os": "linux",
+        "node-role.kubernetes.io/worker": "",
+        "example.com/rack": "r17",
+        "nvidia.com/dcgm.exporter": "true",
+    }
+    sink = sink_for(client, stop)
+    sink.publish(publication())
+    # Anyone who may edit the node's annotations lists other writers' keys as gfd's.
+    listed = ",".join(sorted({*EIGHT_H100, *foreign}))
+    emulator.change_node_metadata(NODE, labels=foreign, annotations={OWNERSHIP_ANNOTATION: listed})
+    emulator.clear_log()
+    assert sink.publish(publication({"nvidia.com/gpu.count": "8"})) is True
+    labels = emulator.node_labels(NODE)
+    assert {k: labels.get(k) for k in foreign} == foreign
+    assert "nvidia.com/gpu.product" not in labels, "gfd's own stale keys still go"
+    assert emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION] == "nvidia.com/gpu.count"
+    (write,) = [r for r in emulator.requests if r.is_write]
+    removed = {k for k, v in write.body["metadata"]["labels"].items() if v is None}
+    assert removed == set(EIGHT_H100) - {"nvidia.com/gpu.count"}

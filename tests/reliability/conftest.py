@@ -34,6 +34,7 @@ FAMILIES = {
     "test_api_faults.py": "api",
     "test_bad_input.py": "input",
     "test_pacing.py": "fleet",
+    "test_reload_faults.py": "reload",
 }
 
 #: Labels other writers own on the node; no fault may ever remove or change them.

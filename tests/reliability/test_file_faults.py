@@ -86,7 +86,12 @@ def _publish_old(path: Path) -> tuple[bytes, int, int]:
 
 
 def _leftovers(directory: Path, keep: str) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.name != keep)
+    """Everything in ``directory`` but the target, looking into the staging directory too."""
+    staging = directory / f".{keep}.staging"
+    found = [p.name for p in directory.iterdir() if p.name != keep and p != staging]
+    if staging.is_dir():
+        found += [f"{staging.name}/{p.name}" for p in staging.iterdir()]
+    return sorted(found)
 
 
 # --------------------------------------------------------------------------- #
