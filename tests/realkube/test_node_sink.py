@@ -113,3 +113,79 @@ def test_foreign_and_nfd_owned_labels_are_left_alone(
     assert final["nvidia.com/gpu.deploy.driver"] == "true"
     assert final[product] == "set-by-nfd"
     assert final["feature.node.kubernetes.io/pci-10de.present"] == "true"
+
+
+def test_new_hardware_relabels(
+    kube: GfdCluster,
+    node: str,
+    client: KubeClient,
+    h100_labels: dict[str, str],
+    h200_labels: dict[str, str],
+) -> None:
+    assert h100_labels != h200_labels
+    sink = sink_for(client, node)
+    sink.publish(Publication(h100_labels))
+    assert sink.publish(Publication(h200_labels)) is True
+    labels = kube.labels(node)
+    gfd_keys = {k for k in labels if k.startswith("nvidia.com/")}
+    assert gfd_keys == set(h200_labels)
+    assert {k: labels[k] for k in h200_labels} == h200_labels
+    assert kube.annotations(node)[OWNERSHIP_ANNOTATION] == ",".join(sorted(h200_labels))
+
+
+def test_two_agents_racing_on_one_node_converge(
+    kube: GfdCluster, h100_labels: dict[str, str], h200_labels: dict[str, str]
+) -> None:
+    """An old and a new gfd pod on one node (a rolling update), each sure of its own
+    hardware view, and a third writer changing foreign labels all the while: every
+    write that removes a key carries a precondition, so the real server's 409s (its
+    cached reads are stale after each write) are resolved, nothing fails, and the node
+    ends as the last publication says."""
+    node = kube.node(
+        labels={"nvidia.com/stale.key": "1"},
+        annotations={OWNERSHIP_ANNOTATION: "nvidia.com/stale.key"},
+    )
+    clients = [kube.client(kube.gfd_pod(node).kubeconfig) for _ in range(2)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(3)
+
+    def agent(client: KubeClient, first: dict[str, str]) -> None:
+        sink = sink_for(client, node)
+        try:
+            barrier.wait()
+            for round_ in range(12):
+                sink.publish(Publication(first if round_ % 2 == 0 else h200_labels))
+            sink.publish(Publication(h200_labels))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    def bystander() -> None:
+        barrier.wait()
+        for round_ in range(12):
+            kube.admin.request(
+                "PATCH",
+                f"/api/v1/nodes/{node}",
+                {"metadata": {"labels": {"example.com/round": str(round_)}}},
+                content_type="application/merge-patch+json",
+            )
+
+    threads = [
+        threading.Thread(target=agent, args=(clients[0], h100_labels)),
+        threading.Thread(target=agent, args=(clients[1], h200_labels)),
+        threading.Thread(target=bystander),
+    ]
+    mark = kube.plane.audit.mark()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for client in clients:
+        client.close()
+    assert not errors, errors
+    labels = kube.labels(node)
+    assert {k for k in labels if k.startswith("nvidia.com/")} == set(h200_labels)
+    assert {k: labels[k] for k in h200_labels} == h200_labels
+    assert labels["example.com/round"] == "11"
+    assert kube.annotations(node)[OWNERSHIP_ANNOTATION] == ",".join(sorted(h200_labels))
+    statuses = [code for _, code in node_requests(kube, mark, node)]
+    assert set(statuses) <= {200, 409}, statuses
