@@ -185,7 +185,7 @@ class SinkFactory:
                 NodeFeatureSink(
                     client=self._client(settings),
                     node_name=settings.node_name or "",
-                    namespace=settings.namespace,
+                    namespace=settings.namespace or "",
                     pod_name=settings.pod_name,
                     stop=self._stop,
                 )
