@@ -263,7 +263,7 @@ class SinkFactory:
                     NodeFeatureSink(
                         client=client,
                         node_name=settings.node_name or "",
-                        namespace=settings.namespace,
+                        namespace=settings.namespace or "",
                         pod_name=settings.pod_name,
                         stop=self._stop,
                     )

@@ -24,6 +24,8 @@ DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
 MIG_STRATEGIES = ("none", "single", "mixed")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 CONFIG_VERSION = "v1"
+#: The pod's own namespace, mounted with its ServiceAccount token.
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,8 @@ class Settings:
     timestamp_annotation: bool = False
     kubeconfig: str | None = None
     node_name: str | None = None
-    namespace: str = "default"
+    #: Of the NodeFeature object; None: unknown (not in a pod, and NAMESPACE unset).
+    namespace: str | None = None
     pod_name: str | None = None
     log_level: str = "info"
     metrics_address: str = ""
@@ -228,7 +231,7 @@ OPTIONS: tuple[Option, ...] = (
         ("NAMESPACE",),
         None,
         "str",
-        "namespace of the NodeFeature object",
+        "namespace of the NodeFeature object (default: the pod's own)",
     ),
     Option(
         "pod_name",
@@ -588,15 +591,26 @@ def _parse_resource(item: Any, where: str) -> SharedResource:
 # Precedence
 
 
-def resolve_settings(explicit: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
+def resolve_settings(
+    explicit: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE,
+) -> Settings:
     """Apply precedence: explicit flags, then environment, then the config file, then defaults.
 
-    ``explicit`` holds only the flags given on the command line, already converted.
+    ``explicit`` holds only the flags given on the command line, already converted. The
+    namespace is the pod's own unless ``--namespace`` is given: ``namespace_file`` (the
+    ServiceAccount's), then ``NAMESPACE``; never a guess such as ``default``, where the
+    namespaced RBAC of gfd's ServiceAccount would refuse every write.
     """
     chosen: dict[str, Any] = {}
     for option in OPTIONS:
         if option.name in explicit:
             chosen[option.name] = explicit[option.name]
+            continue
+        if option.name == "namespace" and (own := _pod_namespace(namespace_file)):
+            chosen["namespace"] = own
             continue
         for variable in option.env:
             raw = env.get(variable)
@@ -619,6 +633,13 @@ def resolve_settings(explicit: Mapping[str, Any], env: Mapping[str, str]) -> Set
     return settings
 
 
+def _pod_namespace(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
 def _check_combination(settings: Settings) -> None:
     _check_expiry(settings)
     if settings.timestamp_annotation and not settings.patch_node:
@@ -629,6 +650,11 @@ def _check_combination(settings: Settings) -> None:
     if needs_node and not settings.node_name:
         raise ConfigError(
             "--patch-node and --use-node-feature-api need the node name: set --node-name or NODE_NAME"
+        )
+    if settings.use_node_feature_api and not settings.namespace:
+        raise ConfigError(
+            "--use-node-feature-api needs a namespace: not in a pod (no "
+            f"{SERVICE_ACCOUNT_NAMESPACE_FILE}) and NAMESPACE unset; set --namespace or NAMESPACE"
         )
 
 

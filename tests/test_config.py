@@ -17,10 +17,15 @@ from gfd.config import (
     resolve_settings,
 )
 
+#: Where no ServiceAccount namespace file is: the tests must not depend on running in a pod.
+NOT_IN_A_POD = str(Path(__file__).parent / "no-such-serviceaccount" / "namespace")
 
-def settings_for(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+
+def settings_for(
+    argv: list[str], env: dict[str, str] | None = None, *, namespace_file: str = NOT_IN_A_POD
+) -> Settings:
     _, explicit = parse_command_line(argv)
-    return resolve_settings(explicit, env or {})
+    return resolve_settings(explicit, env or {}, namespace_file=namespace_file)
 
 
 def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
@@ -40,7 +45,23 @@ def test_defaults_match_the_reference() -> None:
     assert s.sleep_interval == 60.0
     assert s.output_file == DEFAULT_OUTPUT_FILE
     assert s.machine_type_file == "/sys/class/dmi/id/product_name"
-    assert s.namespace == "default"
+    # Unlike the reference, no "default": the namespace is the pod's own, or unknown.
+    assert s.namespace is None
+
+
+def test_namespace_is_the_pods_own(tmp_path: Path) -> None:
+    own = write(tmp_path, "gpu-operator\n", name="namespace")
+    env = {"NAMESPACE": "from-env"}
+    assert settings_for([], env, namespace_file=own).namespace == "gpu-operator"
+    assert settings_for([], env).namespace == "from-env"
+    assert settings_for(["--namespace", "flag"], env, namespace_file=own).namespace == "flag"
+    empty = write(tmp_path, "\n", name="empty")
+    assert settings_for([], env, namespace_file=empty).namespace == "from-env"
+
+
+def test_node_feature_api_without_a_namespace_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="needs a namespace.*set --namespace or NAMESPACE"):
+        settings_for(["--use-node-feature-api", "--node-name", "n1"])
 
 
 def test_flags_in_either_position_and_bool_forms() -> None:
@@ -62,7 +83,11 @@ def test_flags_in_either_position_and_bool_forms() -> None:
         ({"GFD_OUTPUT_FILE": ""}, "output_file", ""),
         ({"GFD_OUTPUT_FILE": "/tmp/x"}, "output_file", "/tmp/x"),
         ({"GFD_MACHINE_TYPE_FILE": "/m"}, "machine_type_file", "/m"),
-        ({"USE_NODE_FEATURE_API": "true", "NODE_NAME": "n1"}, "use_node_feature_api", True),
+        (
+            {"USE_NODE_FEATURE_API": "true", "NODE_NAME": "n1", "NAMESPACE": "gpu-operator"},
+            "use_node_feature_api",
+            True,
+        ),
         ({"NODE_NAME": "gpu-node-1"}, "node_name", "gpu-node-1"),
         ({"NAMESPACE": "gpu-system"}, "namespace", "gpu-system"),
         ({"KUBECONFIG": ""}, "kubeconfig", None),

@@ -7,7 +7,12 @@ No API server can run here, so the ValidatingAdmissionPolicies are checked by:
   a policy that does not match does not apply; a failed validation denies with its
   message; an evaluation error denies (``failurePolicy: Fail``).
 * ``*_intent`` functions: the same rules written in plain Python from what the
-  policies are meant to do (own node only, keys under ``nvidia.com/`` only).
+  policies are meant to do (a pod-bound token, own node only, keys under ``nvidia.com/``
+  only, never the GPU Operator's control labels, only gfd's own annotations, no other
+  field manager's managedFields entry touched, no raw features).
+
+The real kube-apiserver judges the same policies in ``tests/realkube``; this model runs
+everywhere, and on generated requests no server could be sent in a test's time.
 
 The tests compare the two on hand-written and generated requests, and run both on
 the requests that gfd's real sinks sent to the API server emulator.
@@ -25,6 +30,30 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 NODE_NAME_CLAIM = "authentication.kubernetes.io/node-name"
+POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
+POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
+#: gfd's node annotations: the only ones its ServiceAccount may write.
+GFD_ANNOTATIONS = frozenset(
+    {"nvidia.com/gfd.labels", "nvidia.com/gfd.timestamp", "nvidia.com/gpu.topology"}
+)
+#: The GPU Operator's node controls, as the node policy lists them.
+OPERATOR_CONTROL_PREFIXES = ("nvidia.com/gpu.deploy.", "nvidia.com/gpu-driver-upgrade")
+OPERATOR_CONTROL_KEYS = frozenset(
+    {
+        "nvidia.com/gpu.present",
+        "nvidia.com/gpu.workload.config",
+        "nvidia.com/mig.config",
+        "nvidia.com/mig.config.state",
+        "nvidia.com/device-plugin.config",
+        "nvidia.com/vgpu.config",
+        "nvidia.com/vgpu.config.state",
+        "nvidia.com/cc.mode",
+        "nvidia.com/cc.mode.state",
+        "nvidia.com/cc.ready.state",
+    }
+)
+#: The field manager name the API server derives from gfd's user agent.
+GFD_FIELD_MANAGER = "gfd"
 VENDOR_PREFIX = "nvidia.com/"
 NODEFEATURE_NODE_LABEL = "nfd.node.kubernetes.io/node-name"
 
@@ -68,9 +97,32 @@ def _node_claim(request: AdmissionRequest) -> str | None:
     return values[0] if len(values) == 1 else None
 
 
-def _only_vendor_keys_changed(old: Mapping[str, str], new: Mapping[str, str]) -> bool:
-    changed = {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
-    return all(key.startswith(VENDOR_PREFIX) for key in changed)
+def pod_bound_claims(node: str, pod: str = "gfd-abcde", uid: str = "0f0f") -> dict[str, list[str]]:
+    """The extra claims of a token bound to Pod ``pod`` on ``node``."""
+    return {NODE_NAME_CLAIM: [node], POD_NAME_CLAIM: [pod], POD_UID_CLAIM: [uid]}
+
+
+def _pod_bound(request: AdmissionRequest) -> bool:
+    return all(
+        len(list(request.extra.get(claim, ()))) == 1
+        for claim in (POD_NAME_CLAIM, POD_UID_CLAIM, NODE_NAME_CLAIM)
+    )
+
+
+def _changed(old: Mapping[str, str], new: Mapping[str, str]) -> set[str]:
+    return {key for key in old.keys() | new.keys() if old.get(key) != new.get(key)}
+
+
+def _operator_control(key: str) -> bool:
+    return key.startswith(OPERATOR_CONTROL_PREFIXES) or key in OPERATOR_CONTROL_KEYS
+
+
+def _other_managers(metadata: Mapping[str, Any]) -> set[str]:
+    return {
+        f"{e.get('manager', '')}|{e.get('operation', '')}|{e.get('subresource', '')}"
+        for e in metadata.get("managedFields") or []
+        if e.get("manager") != GFD_FIELD_MANAGER
+    }
 
 
 def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -79,22 +131,39 @@ def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 # Messages, as in the policies (the CEL twin reports the policy's own text).
 NODE_OPERATION = "gfd may update its node, never create or delete nodes"
+NODE_POD_BOUND = (
+    "gfd may change a node only with a token bound to its Pod "
+    "(pod-name, pod-uid and node-name claims)"
+)
 NODE_OWN = "gfd may change only the node it runs on (named in its pod-bound token)"
 NODE_LABELS = "gfd may add, change or remove only node labels under nvidia.com/"
-NODE_ANNOTATIONS = "gfd may add, change or remove only node annotations under nvidia.com/"
+NODE_OPERATOR = "gfd may not add, change or remove the GPU Operator's control labels"
+NODE_ANNOTATIONS = (
+    "gfd may add, change or remove only its own node annotations "
+    "(nvidia.com/gfd.labels, nvidia.com/gfd.timestamp, nvidia.com/gpu.topology)"
+)
 NODE_OTHER_FIELDS = (
     "gfd may change only node labels and annotations, never spec, finalizers or owners"
+)
+NODE_MANAGED_FIELDS = "gfd may not rewrite the managedFields entries of other field managers"
+NODEFEATURE_POD_BOUND = (
+    "gfd may write its NodeFeature only with a token bound to its Pod "
+    "(pod-name, pod-uid and node-name claims)"
 )
 NODEFEATURE_IDENTITY = (
     "gfd may write only the NodeFeature nvidia-features-for-<node> of its own node"
 )
 NODEFEATURE_LABELS = "gfd may publish only labels under nvidia.com/ in its NodeFeature"
+NODEFEATURE_FEATURES = (
+    "gfd may publish no raw features (spec.features must be empty) in its NodeFeature"
+)
 
 
 def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
-    """What gfd-node-labeler means: gfd's ServiceAccount may only update its own
-    node (the token's node-name claim), changing only nvidia.com/ labels and
-    annotations. Denials carry the policy's message for each broken rule."""
+    """What gfd-node-labeler means: gfd's ServiceAccount, with a pod-bound token, may only
+    update its own node (the token's node-name claim), changing only nvidia.com/ labels
+    that are not the GPU Operator's controls, and only its own annotations, leaving other
+    field managers' entries alone. Denials carry the policy's message for each broken rule."""
     if (request.group, request.resource) != ("", "nodes"):
         return NOT_APPLICABLE
     if request.operation not in ("CREATE", "UPDATE", "DELETE"):
@@ -104,15 +173,19 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     if request.operation != "UPDATE" or request.object is None or request.old_object is None:
         return Verdict(True, (NODE_OPERATION,))
     denials: list[str] = []
+    if not _pod_bound(request):
+        denials.append(NODE_POD_BOUND)
     claim = _node_claim(request)
     if claim is None or claim != _metadata(request.object).get("name"):
         denials.append(NODE_OWN)
     old_meta, new_meta = _metadata(request.old_object), _metadata(request.object)
-    if not _only_vendor_keys_changed(old_meta.get("labels") or {}, new_meta.get("labels") or {}):
+    labels = _changed(old_meta.get("labels") or {}, new_meta.get("labels") or {})
+    if not all(key.startswith(VENDOR_PREFIX) for key in labels):
         denials.append(NODE_LABELS)
-    if not _only_vendor_keys_changed(
-        old_meta.get("annotations") or {}, new_meta.get("annotations") or {}
-    ):
+    if any(_operator_control(key) for key in labels):
+        denials.append(NODE_OPERATOR)
+    annotations = _changed(old_meta.get("annotations") or {}, new_meta.get("annotations") or {})
+    if not annotations <= GFD_ANNOTATIONS:
         denials.append(NODE_ANNOTATIONS)
     # Every stored Node has a spec (the API server always serialises it); comparing a
     # missing one is an evaluation error in CEL, hence a denial.
@@ -125,13 +198,15 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     )
     if not unchanged:
         denials.append(NODE_OTHER_FIELDS)
+    if _other_managers(old_meta) != _other_managers(new_meta):
+        denials.append(NODE_MANAGED_FIELDS)
     return Verdict(True, tuple(denials))
 
 
 def node_feature_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
-    """What gfd-node-feature-writer means: gfd's ServiceAccount may create or update
-    only ``nvidia-features-for-<its node>``, labelled with its node, publishing
-    only nvidia.com/ labels."""
+    """What gfd-node-feature-writer means: gfd's ServiceAccount, with a pod-bound token,
+    may create or update only ``nvidia-features-for-<its node>``, labelled with its node,
+    publishing only nvidia.com/ labels and no raw features."""
     if (request.group, request.resource) != ("nfd.k8s-sigs.io", "nodefeatures"):
         return NOT_APPLICABLE
     if request.operation not in ("CREATE", "UPDATE"):
@@ -139,6 +214,8 @@ def node_feature_policy_intent(request: AdmissionRequest, *, namespace: str) -> 
     if request.user != service_account_user(namespace):
         return NOT_APPLICABLE
     denials: list[str] = []
+    if not _pod_bound(request):
+        denials.append(NODEFEATURE_POD_BOUND)
     claim = _node_claim(request)
     metadata = _metadata(request.object)
     if (
@@ -147,9 +224,13 @@ def node_feature_policy_intent(request: AdmissionRequest, *, namespace: str) -> 
         or (metadata.get("labels") or {}).get(NODEFEATURE_NODE_LABEL) != claim
     ):
         denials.append(NODEFEATURE_IDENTITY)
-    spec_labels = ((request.object or {}).get("spec") or {}).get("labels") or {}
+    spec = (request.object or {}).get("spec") or {}
+    spec_labels = spec.get("labels") or {}
     if not all(key.startswith(VENDOR_PREFIX) for key in spec_labels):
         denials.append(NODEFEATURE_LABELS)
+    features = spec.get("features") or {}
+    if any(features.get(part) for part in ("flags", "attributes", "instances")):
+        denials.append(NODEFEATURE_FEATURES)
     return Verdict(True, tuple(denials))
 
 

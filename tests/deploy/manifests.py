@@ -22,7 +22,7 @@ OVERLAYS = ("standalone", "nfd", "node-feature-api", "oneshot-job", "vgpu")
 #: Kubernetes minor versions whose schemas every rendered object must pass. 1.30 is
 #: the floor: ValidatingAdmissionPolicy v1 and the node-name claim in bound
 #: ServiceAccount tokens both arrive in 1.30.
-SUPPORTED_KUBERNETES = ("1.30", "1.31", "1.32", "1.33")
+SUPPORTED_KUBERNETES = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 NAMESPACE = "gpu-feature-discovery"
 WORKLOAD_KINDS = ("DaemonSet", "Job")
 

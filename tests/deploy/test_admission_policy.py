@@ -17,17 +17,23 @@ from hypothesis import strategies as st
 from tests.deploy.admission_model import (
     NODE_ANNOTATIONS,
     NODE_LABELS,
+    NODE_MANAGED_FIELDS,
     NODE_NAME_CLAIM,
     NODE_OPERATION,
+    NODE_OPERATOR,
     NODE_OTHER_FIELDS,
     NODE_OWN,
+    NODE_POD_BOUND,
+    NODEFEATURE_FEATURES,
     NODEFEATURE_IDENTITY,
     NODEFEATURE_LABELS,
+    NODEFEATURE_POD_BOUND,
     AdmissionRequest,
     CelPolicy,
     Verdict,
     node_feature_policy_intent,
     node_policy_intent,
+    pod_bound_claims,
     service_account_user,
 )
 from tests.deploy.manifests import NAMESPACE, one, render
@@ -63,9 +69,21 @@ def node(name: str = "gpu-1", labels: dict[str, str] | None = None, **extra: Any
 
 
 def update(
-    old: dict[str, Any], new: dict[str, Any], *, claim: str | None = "gpu-1", user: str = GFD
+    old: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    claim: str | None = "gpu-1",
+    user: str = GFD,
+    node_bound: bool = False,
 ) -> AdmissionRequest:
-    extra = {NODE_NAME_CLAIM: [claim]} if claim is not None else {}
+    """An update by ``user`` with a token bound to a Pod on node ``claim`` (None: no
+    claims at all; ``node_bound``: a token bound to the Node itself)."""
+    if claim is None:
+        extra: dict[str, list[str]] = {}
+    elif node_bound:
+        extra = {NODE_NAME_CLAIM: [claim], "authentication.kubernetes.io/node-uid": ["1"]}
+    else:
+        extra = pod_bound_claims(claim)
     return AdmissionRequest("UPDATE", "", "nodes", user, new, old, extra)
 
 
@@ -112,20 +130,44 @@ def test_gfd_may_set_change_and_remove_its_labels(node_policy: CelPolicy) -> Non
 
 
 @pytest.mark.parametrize(
-    ("claim", "denial"),
-    [("gpu-2", NODE_OWN), (None, NODE_OWN)],
-    ids=["another-node", "token-without-node-claim"],
+    ("claim", "node_bound", "denials"),
+    [
+        ("gpu-2", False, (NODE_OWN,)),
+        (None, False, (NODE_POD_BOUND, NODE_OWN)),
+        ("gpu-1", True, (NODE_POD_BOUND,)),
+    ],
+    ids=["another-node", "token-without-claims", "node-bound-token"],
 )
-def test_gfd_may_change_only_its_own_node(
-    node_policy: CelPolicy, claim: str | None, denial: str
+def test_gfd_may_change_only_its_own_node_with_a_pod_bound_token(
+    node_policy: CelPolicy, claim: str | None, node_bound: bool, denials: tuple[str, ...]
 ) -> None:
     old = node()
-    verdict = both(
-        node_policy, update(old, with_labels(old, {"nvidia.com/gpu.count": "8"}), claim=claim)
-    )
-    assert verdict.denials == (denial,)
-    if claim is not None:
+    new = with_labels(old, {"nvidia.com/gpu.count": "8"})
+    verdict = both(node_policy, update(old, new, claim=claim, node_bound=node_bound))
+    assert verdict.denials == denials
+    if claim == "gpu-2":
         assert verdict.details == ("gfd running on node gpu-2 may not change node gpu-1",)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "nvidia.com/gpu.deploy.driver",
+        "nvidia.com/gpu.deploy.mig-manager",
+        "nvidia.com/mig.config",
+        "nvidia.com/mig.config.state",
+        "nvidia.com/device-plugin.config",
+        "nvidia.com/gpu.present",
+    ],
+)
+@pytest.mark.parametrize("value", ["false", None], ids=["set", "remove"])
+def test_gpu_operator_control_labels_are_out_of_bounds(
+    node_policy: CelPolicy, key: str, value: str | None
+) -> None:
+    old = with_labels(node(), {key: "true"})
+    verdict = both(node_policy, update(old, with_labels(old, {key: value})))
+    assert verdict.denials == (NODE_OPERATOR,)
+    assert verdict.details == (f"{NODE_OPERATOR} ({key})",)
 
 
 @pytest.mark.parametrize(
@@ -153,6 +195,9 @@ def test_other_annotations_spec_and_finalizers_are_out_of_bounds(node_policy: Ce
     new["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "30"
     assert both(node_policy, update(old, new)).denials == (NODE_ANNOTATIONS,)
     new = copy.deepcopy(old)
+    new["metadata"]["annotations"]["nvidia.com/gpu-driver-upgrade-state"] = "upgrade-done"
+    assert both(node_policy, update(old, new)).denials == (NODE_ANNOTATIONS,)
+    new = copy.deepcopy(old)
     new["spec"]["unschedulable"] = True
     assert both(node_policy, update(old, new)).denials == (NODE_OTHER_FIELDS,)
     new = copy.deepcopy(old)
@@ -163,8 +208,20 @@ def test_other_annotations_spec_and_finalizers_are_out_of_bounds(node_policy: Ce
     assert both(node_policy, update(old, new)).denials == (NODE_OTHER_FIELDS,)
 
 
+def test_other_managers_managed_fields_are_out_of_bounds(node_policy: CelPolicy) -> None:
+    entry = {"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}
+    old = node(managedFields=[entry, {"manager": "gfd", "operation": "Update"}])
+    mine = copy.deepcopy(old)
+    mine["metadata"]["managedFields"][1]["time"] = "2026-01-01T00:00:00Z"
+    assert both(node_policy, update(old, mine)) == Verdict(True)
+    for forged in ([], [{**entry, "manager": "gfd"}], [entry, {**entry, "manager": "x"}]):
+        new = copy.deepcopy(old)
+        new["metadata"]["managedFields"] = forged
+        assert both(node_policy, update(old, new)).denials == (NODE_MANAGED_FIELDS,)
+
+
 def test_create_and_delete_are_denied(node_policy: CelPolicy) -> None:
-    claim = {NODE_NAME_CLAIM: ["gpu-1"]}
+    claim = pod_bound_claims("gpu-1")
     create = AdmissionRequest("CREATE", "", "nodes", GFD, node(), None, claim)
     delete = AdmissionRequest("DELETE", "", "nodes", GFD, None, node(), claim)
     for request in (create, delete):
@@ -184,6 +241,9 @@ label_keys = st.sampled_from(
         "nvidia.com/gpu.count",
         "nvidia.com/gpu.product",
         "nvidia.com/gfd.labels",
+        "nvidia.com/gpu.topology",
+        "nvidia.com/mig.config",
+        "nvidia.com/gpu.deploy.driver",
         "kubernetes.io/hostname",
         "feature.node.kubernetes.io/pci-10de.present",
         "nvidia.com.evil/x",
@@ -202,6 +262,7 @@ label_maps = st.dictionaries(label_keys, st.sampled_from(["", "1", "8", "true"])
     old_annotations=label_maps,
     new_annotations=label_maps,
     claim=st.sampled_from(["gpu-1", "gpu-2", None]),
+    node_bound=st.booleans(),
     spec_changes=st.booleans(),
 )
 def test_cel_and_intent_agree_on_generated_updates(
@@ -211,6 +272,7 @@ def test_cel_and_intent_agree_on_generated_updates(
     old_annotations: dict[str, str],
     new_annotations: dict[str, str],
     claim: str | None,
+    node_bound: bool,
     spec_changes: bool,
 ) -> None:
     old = node(labels=old_labels, annotations=old_annotations)
@@ -219,10 +281,15 @@ def test_cel_and_intent_agree_on_generated_updates(
         del old["metadata"]["labels"]
     if spec_changes:
         new["spec"]["unschedulable"] = True
-    both(node_policy, update(old, new, claim=claim))
+    both(node_policy, update(old, new, claim=claim, node_bound=node_bound))
 
 
-def nodefeature(name: str, node_label: str | None, labels: dict[str, str]) -> dict[str, Any]:
+def nodefeature(
+    name: str,
+    node_label: str | None,
+    labels: dict[str, str],
+    features: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name, "namespace": NAMESPACE}
     if node_label is not None:
         metadata["labels"] = {"nfd.node.kubernetes.io/node-name": node_label}
@@ -230,8 +297,34 @@ def nodefeature(name: str, node_label: str | None, labels: dict[str, str]) -> di
         "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
         "kind": "NodeFeature",
         "metadata": metadata,
-        "spec": {"labels": labels, "features": {}},
+        "spec": {"labels": labels, "features": features or {}},
     }
+
+
+@pytest.mark.parametrize(
+    ("features", "denials"),
+    [
+        ({"flags": {}, "attributes": {}, "instances": {}}, ()),
+        ({"flags": {"cpu.cpuid": {"elements": {"AVX512": {}}}}}, (NODEFEATURE_FEATURES,)),
+        ({"attributes": {"kernel.version": {"elements": {"major": "6"}}}}, (NODEFEATURE_FEATURES,)),
+    ],
+)
+def test_nodefeature_raw_features_are_out_of_bounds(
+    nodefeature_policy: CelPolicy, features: dict[str, Any], denials: tuple[str, ...]
+) -> None:
+    obj = nodefeature("nvidia-features-for-gpu-1", "gpu-1", {}, features)
+    request = AdmissionRequest(
+        "CREATE", "nfd.k8s-sigs.io", "nodefeatures", GFD, obj, None, pod_bound_claims("gpu-1")
+    )
+    assert both(nodefeature_policy, request) == Verdict(True, denials)
+
+
+def test_nodefeature_from_a_node_bound_token_is_denied(nodefeature_policy: CelPolicy) -> None:
+    obj = nodefeature("nvidia-features-for-gpu-1", "gpu-1", {})
+    request = AdmissionRequest(
+        "CREATE", "nfd.k8s-sigs.io", "nodefeatures", GFD, obj, None, {NODE_NAME_CLAIM: ["gpu-1"]}
+    )
+    assert both(nodefeature_policy, request) == Verdict(True, (NODEFEATURE_POD_BOUND,))
 
 
 @pytest.mark.parametrize(
@@ -262,7 +355,7 @@ def test_nodefeature_policy(
     obj = nodefeature(name, node_label, labels)
     old = copy.deepcopy(obj) if operation == "UPDATE" else None
     request = AdmissionRequest(
-        operation, "nfd.k8s-sigs.io", "nodefeatures", GFD, obj, old, {NODE_NAME_CLAIM: ["gpu-1"]}
+        operation, "nfd.k8s-sigs.io", "nodefeatures", GFD, obj, old, pod_bound_claims("gpu-1")
     )
     assert both(nodefeature_policy, request) == Verdict(True, denials)
 
@@ -383,7 +476,7 @@ def test_nodefeature_sink_traffic_passes_the_policy(
             recorded.user,
             new,
             old,
-            {NODE_NAME_CLAIM: ["gpu-1"]},
+            pod_bound_claims("gpu-1"),
         )
         assert both(nodefeature_policy, request) == Verdict(True), recorded.body
         elsewhere = AdmissionRequest(
@@ -393,6 +486,6 @@ def test_nodefeature_sink_traffic_passes_the_policy(
             recorded.user,
             new,
             old,
-            {NODE_NAME_CLAIM: ["gpu-2"]},
+            pod_bound_claims("gpu-2"),
         )
         assert both(nodefeature_policy, elsewhere).denials == (NODEFEATURE_IDENTITY,)

@@ -115,11 +115,11 @@ def assert_clean_error(done: subprocess.CompletedProcess[str], codes: Sequence[i
 class AgentProcess:
     """A periodic gfd process whose stderr (JSON logs) is read line by line."""
 
-    def __init__(self, *args: str, metrics: bool = True) -> None:
+    def __init__(self, *args: str, metrics: bool = True, log_level: str = "info") -> None:
         command = list(args)
         if metrics:
             command += ["--metrics-address", "127.0.0.1:0"]
-        self.command = gfd_command(*command, "--log-level", "info")
+        self.command = gfd_command(*command, "--log-level", log_level)
         self.events: list[Event] = []
         self.raw_lines: list[str] = []
         self._changed = threading.Condition()
