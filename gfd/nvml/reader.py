@@ -473,6 +473,13 @@ def _read_mig_devices(nv: _Session, handle: Any) -> tuple[MigDevice, ...]:
     return tuple(devices)
 
 
+#: The GPU instance profile call of each struct version pynvml can ask for.
+_PROFILE_INFO_CALLS = {
+    2: "nvmlDeviceGetGpuInstanceProfileInfoV",
+    1: "nvmlDeviceGetGpuInstanceProfileInfo",
+}
+
+
 def _gpu_instance_profiles(nv: _Session, handle: Any) -> dict[int, tuple[int, Any]]:
     """GPU instance profile id → (``NVML_GPU_INSTANCE_PROFILE_*`` index, profile info).
 
@@ -482,31 +489,23 @@ def _gpu_instance_profiles(nv: _Session, handle: Any) -> dict[int, tuple[int, An
     version = 2
     profiles: dict[int, tuple[int, Any]] = {}
     for profile_index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-        # pynvml builds the versioned struct and passes it by reference itself.
-        try:
-            info = nv.absent_on(
-                "nvmlDeviceGetGpuInstanceProfileInfoV"
-                if version == 2
-                else "nvmlDeviceGetGpuInstanceProfileInfo",
-                (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
-                pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
-                handle,
-                profile_index,
-                version,
-            )
-        except NvmlError as exc:
-            if exc.code != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND or version == 1:
-                raise
-            version = 1
-            nv.absences.setdefault("nvmlDeviceGetGpuInstanceProfileInfoV", exc.name)
-            info = nv.absent_on(
-                "nvmlDeviceGetGpuInstanceProfileInfo",
-                (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
-                pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
-                handle,
-                profile_index,
-                version,
-            )
+        while True:
+            try:
+                # pynvml builds the versioned struct and passes it by reference itself.
+                info = nv.absent_on(
+                    _PROFILE_INFO_CALLS[version],
+                    (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT),
+                    pynvml.nvmlDeviceGetGpuInstanceProfileInfo,
+                    handle,
+                    profile_index,
+                    version,
+                )
+                break
+            except NvmlError as exc:
+                if exc.code != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND or version == 1:
+                    raise
+                nv.absences.setdefault(_PROFILE_INFO_CALLS[version], exc.name)
+                version = 1
         if info is not None:
             profiles.setdefault(int(info.id), (profile_index, info))
     return profiles
