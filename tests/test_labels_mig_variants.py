@@ -16,10 +16,10 @@ import pytest
 from gfd.facts import FactsError, MigDevice, facts_from_dict, facts_to_dict
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.mig import profile_name
-from gfd.nvml.reader import read_facts
 from gfd.sim import simulate
 from tests.factories import make_facts
 from tests.mig_factories import A100_MEMORY, A100_SHAPES, Shape, a100, mig
+from tests.sim import read_simulated
 
 ONE_SLICE = A100_SHAPES["1g.5gb"]
 FOUR_SLICES = A100_SHAPES["4g.20gb"]
@@ -79,13 +79,7 @@ def test_single_strategy_product_for_a_variant() -> None:
 def test_variants_round_trip_through_the_simulator(index: int) -> None:
     base = FOUR_SLICES if index == 0xC else THREE_SLICES if index == 0x11 else ONE_SLICE
     facts = make_facts([a100(0, variant(index, base))])
-    with simulate(facts) as machine:
-        read = read_facts(
-            library_path=machine.library_path,
-            sysfs_root=machine.sysfs_root,
-            machine_type_file=machine.machine_type_file,
-        )
-    assert read == facts
+    assert read_simulated(facts) == facts
 
 
 @pytest.mark.parametrize(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gfd.facts import NodeFacts
+from gfd.nvml.reader import read_facts
 from gfd.sim import SimulatedMachine, SimulationProfile, library_path, simulate
 
 
@@ -21,3 +22,17 @@ def simulate_raw(
     """
     with simulate(profile, library=library_path()) as machine:
         yield machine
+
+
+def read_simulated(
+    profile: str | Path | SimulationProfile | NodeFacts,
+    on_absent: Callable[[str, str], None] | None = None,
+) -> NodeFacts:
+    """What gfd's reader reads on ``profile`` served by the simulator (its branch's exports)."""
+    with simulate(profile) as machine:
+        return read_facts(
+            library_path=machine.library_path,
+            sysfs_root=machine.sysfs_root,
+            machine_type_file=machine.machine_type_file,
+            on_absent=on_absent,
+        )

@@ -18,10 +18,11 @@ import pytest
 
 from gfd.facts import FabricInfo, NodeFacts
 from gfd.nvml.branches import EMULATED_BRANCHES, FIRST_EXPORTED_IN, LATEST_BRANCH, driver_branch
-from gfd.nvml.reader import NVML_CALLS, read_facts
+from gfd.nvml.reader import NVML_CALLS
 from gfd.sim import configure_library, library_path, load_profile, prepare_machine, simulate
 from gfd.sim.branch_library import dynamic_exports
 from tests.oracles import oracle_path
+from tests.sim import read_simulated
 
 #: A version of each emulated branch, as NVIDIA numbers its releases.
 BRANCH_VERSIONS = {
@@ -99,14 +100,7 @@ def test_branch_libraries_match_the_real_export_lists() -> None:
 def test_reader_on_every_branch_loses_only_what_the_branch_lacks(branch: int, profile: str) -> None:
     facts = on_branch(load_profile(profile).facts, branch)
     absent: list[tuple[str, str]] = []
-    with simulate(facts) as machine:
-        read = read_facts(
-            library_path=machine.library_path,
-            sysfs_root=machine.sysfs_root,
-            machine_type_file=machine.machine_type_file,
-            on_absent=lambda call, cause: absent.append((call, cause)),
-        )
-    assert read == facts
+    assert read_simulated(facts, lambda call, cause: absent.append((call, cause))) == facts
     missing = {call for call, cause in absent if cause == "NVML_ERROR_FUNCTION_NOT_FOUND"}
     lacking = {name for name, first in FIRST_EXPORTED_IN.items() if branch < first}
     # Only functions the branch lacks are missing, each an optional call or one with a fallback.
@@ -117,8 +111,7 @@ def test_reader_on_every_branch_loses_only_what_the_branch_lacks(branch: int, pr
 def test_fabric_falls_back_to_the_v1_call_without_health_mask() -> None:
     facts = on_branch(load_profile("gb200-nvl4").facts, 535)
     assert all(g.fabric is not None and g.fabric.health_mask is None for g in facts.gpus)
-    with simulate(facts) as machine:
-        read = read_facts(library_path=machine.library_path, sysfs_root=machine.sysfs_root)
+    read = read_simulated(facts)
     assert [g.fabric for g in read.gpus] == [g.fabric for g in facts.gpus]
     assert isinstance(read.gpus[0].fabric, FabricInfo) and read.gpus[0].fabric.state == "completed"
 
@@ -126,14 +119,7 @@ def test_fabric_falls_back_to_the_v1_call_without_health_mask() -> None:
 def test_mig_on_470_reads_profiles_through_the_v1_call() -> None:
     facts = on_branch(load_profile("dgx-a100-mig-mixed").facts, 470)
     calls: list[tuple[str, str]] = []
-    with simulate(facts) as machine:
-        read = read_facts(
-            library_path=machine.library_path,
-            sysfs_root=machine.sysfs_root,
-            machine_type_file=machine.machine_type_file,
-            on_absent=lambda call, cause: calls.append((call, cause)),
-        )
-    assert read == facts
+    assert read_simulated(facts, lambda call, cause: calls.append((call, cause))) == facts
     assert ("nvmlDeviceGetGpuInstanceProfileInfoV", "NVML_ERROR_FUNCTION_NOT_FOUND") in calls
 
 
