@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from gfd.facts import (
     FabricInfo,
     FactsError,
-    NvLinkP2P,
     MigDevice,
     NodeFacts,
     NvLink,
+    NvLinkP2P,
     PciPair,
     cpulist_from_ids,
     cpulist_to_ids,
