@@ -96,6 +96,10 @@ class Telemetry(Protocol):
         """Whether the last NVML read worked."""
         ...
 
+    def topology_failed(self) -> None:
+        """A cycle's topology failed; its labels were withheld, the others published."""
+        ...
+
     def liveness(self) -> Health:
         """Is the loop turning?"""
         ...
@@ -197,6 +201,12 @@ class AgentTelemetry:
             "1 when the last NVML read worked, else 0.",
             registry=registry,
         )
+        self._topology_failures = prometheus_client.Counter(
+            "gfd_topology_failures",
+            "Cycles whose topology could not be built: topology labels and the matrix "
+            "annotation were withheld, the other labels published.",
+            registry=registry,
+        )
         # Pre-create every series so dashboards see zeros, not absent metrics.
         for result in ("success", "failure"):
             self._cycles.labels(result=result)
@@ -227,6 +237,9 @@ class AgentTelemetry:
 
     def nvml_up(self, up: bool) -> None:
         self._nvml_up.set(1 if up else 0)
+
+    def topology_failed(self) -> None:
+        self._topology_failures.inc()
 
     def liveness(self) -> Health:
         with self._lock:
