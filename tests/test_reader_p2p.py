@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pynvml
 import pytest
 
 from gfd.facts import Gpu, NodeFacts, NvLink, NvLinkP2P, P2PStatus, PciPair
@@ -17,6 +18,7 @@ from gfd.nvml.reader import read_facts
 from gfd.sim import SimulationProfile, load_profile, simulate
 from gfd.sim.faults import CallError, Faults
 from gfd.topology import build_topology, render_table, topology_to_json
+from gfd.topology.synthetic import generated_machine
 
 UNKNOWN = 999
 FUNCTION_NOT_FOUND = 13
@@ -60,8 +62,6 @@ def test_dgx2_asks_one_pair_and_builds_nv6_everywhere() -> None:
 
 
 def test_the_simulator_derives_every_cross_board_pair_from_the_trunk() -> None:
-    import pynvml
-
     with simulate("dgx2-v100") as machine:
         read_facts(
             library_path=machine.library_path,
@@ -190,3 +190,13 @@ def test_an_nvlink_peer_outside_the_node_is_read_and_reported() -> None:
     assert topology_to_json(topology)["outside_nvlinks"] == [4]
     assert "NVLinks to GPUs outside this node: GPU0 4" in render_table(topology, read_back)
     assert topology_labels(topology)["nvidia.com/gpu.interconnect"] == "single"
+
+
+def test_a_generated_machine_of_separate_boards_asks_each_pair_of_boards_once() -> None:
+    # 64 GPUs on 8 boards, each board on its own NVSwitches and no trunks: 8·7/2 pairs of
+    # boards, one call each, never one per GPU pair (2,016).
+    facts = generated_machine(64)
+    read_back = read(facts)
+    assert len(read_back.nvlink_p2p) == 28
+    assert {(e.a % 8, e.b % 8, e.status) for e in read_back.nvlink_p2p} == {(0, 0, "not-supported")}
+    assert build_topology(read_back) == build_topology(facts)

@@ -144,7 +144,8 @@ NVML_CALLS: tuple[NvmlCall, ...] = (
     NvmlCall(
         "nvmlDeviceGetP2PStatus",
         "optional",
-        "nvlink_p2p[] (NVLink reachability between GPU pairs)",
+        "nvlink_p2p[] (NVLink reachability between NVSwitch fabrics that share no switch: "
+        "one pair per two fabrics, none on a one-fabric node)",
     ),
     NvmlCall(
         "nvmlDeviceGetGpuFabricInfoV",
