@@ -48,6 +48,7 @@ class Telemetry(Protocol):
     def cycle_succeeded(self, duration: float, labels_published: int) -> None: ...
     def cycle_failed(self, kind: str, duration: float) -> None: ...
     def nvml_up(self, up: bool) -> None: ...
+    def topology_failed(self) -> None: ...
 
 
 class NullTelemetry:
@@ -63,6 +64,9 @@ class NullTelemetry:
         return None
 
     def nvml_up(self, up: bool) -> None:
+        return None
+
+    def topology_failed(self) -> None:
         return None
 
 
@@ -181,10 +185,12 @@ class Agent:
             return _internal_failure("reading the facts", exc)
         self._telemetry.nvml_up(True)
         try:
-            label_set, annotations = compute_labels(facts, self.options, derive=self._derive)
+            label_set, annotations = compute_labels(
+                facts, self.options, derive=self._derive_or_withhold
+            )
         except GfdError as exc:
-            # A topology the facts cannot describe, or facts that contradict the
-            # configuration (MPS sharing on a MIG-enabled GPU).
+            # Facts that contradict the configuration (MPS sharing on a MIG-enabled
+            # GPU); a topology the facts cannot describe is withheld above instead.
             return CycleOutcome(
                 ok=False, reason=f"{exc}; keeping the last published labels", kind=error_kind(exc)
             )
@@ -195,6 +201,19 @@ class Agent:
         # into an annotation when asked, so the feature file keeps it as a label.
         publication = Publication(labels=dict(label_set.labels), annotations=dict(annotations))
         return self._publish(publication)
+
+    def _derive_or_withhold(self, facts: NodeFacts) -> Derived:
+        """The topology part of a cycle. When it fails, only the topology labels and the
+        matrix annotation are withheld: the GFD-compatible labels are still published."""
+        try:
+            return self._derive(facts)
+        except Exception as exc:  # whatever the builder raised
+            self._telemetry.topology_failed()
+            reason = f"{type(exc).__name__}: {exc}"
+            if ("topology", reason) not in self._warned:
+                self._warned.add(("topology", reason))
+                self._log.error("topology labels withheld: the topology failed", reason=reason)
+            return Derived(labels={}, annotations={})
 
     def _read_failed(self, exc: GfdError) -> CycleOutcome:
         """Nothing is published after a failed read: every sink keeps its last good labels."""

@@ -71,6 +71,25 @@ GI_PROFILE_VARIANTS: dict[int, str] = {
 }
 #: ``NVML_GPU_INSTANCE_PROFILE_COUNT`` of current headers: indices run below it.
 GI_PROFILE_INDEX_COUNT = 0x12
+#: NVML's ``nvmlGpuP2PStatus_t`` (``NVML_P2P_STATUS_*``), as names.
+P2P_STATUSES: dict[str, int] = {
+    "ok": 0,
+    "chipset-not-supported": 1,
+    "gpu-not-supported": 2,
+    "ioh-topology-not-supported": 3,
+    "disabled-by-regkey": 4,
+    "not-supported": 5,
+    "unknown": 6,
+}
+P2PStatus = Literal[
+    "ok",
+    "chipset-not-supported",
+    "gpu-not-supported",
+    "ioh-topology-not-supported",
+    "disabled-by-regkey",
+    "not-supported",
+    "unknown",
+]
 
 BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 CPULIST_PATTERN = re.compile(r"^(\d+(-\d+)?(,\d+(-\d+)?)*)?$")
@@ -203,6 +222,19 @@ class PciPair:
 
 
 @dataclass(frozen=True)
+class NvLinkP2P:
+    """``nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK)`` for GPUs ``a < b``.
+
+    The reader asks only where the answer can change the topology (GPUs on NVSwitch
+    fabrics that share no switch), so most nodes have no entry at all.
+    """
+
+    a: int
+    b: int
+    status: P2PStatus
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """Everything gfd read from one node in one pass."""
 
@@ -213,6 +245,8 @@ class NodeFacts:
     machine_type: str | None = None
     gpus: tuple[Gpu, ...] = ()
     pci_pairs: tuple[PciPair, ...] = ()
+    #: NVLink peer-to-peer status of the GPU pairs the reader asked NVML about.
+    nvlink_p2p: tuple[NvLinkP2P, ...] = ()
     #: vGPU guest detection; None when PCI config space was unreadable (unprivileged).
     vgpu: VgpuInfo | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
@@ -471,6 +505,18 @@ def _check_consistency(facts: NodeFacts, source: str) -> None:
         if (pair.a, pair.b) in seen_pairs:
             raise FactsError(source, where, f"pair ({pair.a}, {pair.b}) is listed twice")
         seen_pairs.add((pair.a, pair.b))
+    seen_p2p: set[tuple[int, int]] = set()
+    for k, entry in enumerate(facts.nvlink_p2p):
+        where = f"nvlink_p2p[{k}]"
+        if not (0 <= entry.a < entry.b < n):
+            raise FactsError(
+                source,
+                where,
+                f"pair ({entry.a}, {entry.b}) must name two GPU indices a < b below {n}",
+            )
+        if (entry.a, entry.b) in seen_p2p:
+            raise FactsError(source, where, f"pair ({entry.a}, {entry.b}) is listed twice")
+        seen_p2p.add((entry.a, entry.b))
 
 
 # --------------------------------------------------------------------------- #

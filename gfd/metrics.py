@@ -97,6 +97,10 @@ class Telemetry(Protocol):
         """Whether the last NVML read worked."""
         ...
 
+    def topology_failed(self) -> None:
+        """A cycle's topology failed; its labels were withheld, the others published."""
+        ...
+
     def liveness(self) -> Health:
         """Is the loop turning?"""
         ...
@@ -216,6 +220,12 @@ class AgentTelemetry:
             registry=registry,
         )
         self._last_reload_ok.set(1)
+        self._topology_failures = prometheus_client.Counter(
+            "gfd_topology_failures",
+            "Cycles whose topology could not be built: topology labels and the matrix "
+            "annotation were withheld, the other labels published.",
+            registry=registry,
+        )
         # Pre-create every series so dashboards see zeros, not absent metrics.
         for result in ("success", "failure"):
             self._cycles.labels(result=result)
@@ -265,6 +275,9 @@ class AgentTelemetry:
         self._last_reload_ok.set(0)
         with self._lock:
             self._reload_failure = reason
+
+    def topology_failed(self) -> None:
+        self._topology_failures.inc()
 
     def liveness(self) -> Health:
         with self._lock:

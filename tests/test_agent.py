@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gfd.agent import Agent, Derived, LoopControl, next_delay
+from gfd.agent import Agent, Derived, LoopControl, derive_topology, next_delay
 from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
-from gfd.facts import NodeFacts
+from gfd.facts import NodeFacts, NvLink
 from gfd.labels import LabelOptions
+from gfd.metrics import AgentTelemetry
 from gfd.sinks import Publication
 from gfd.sinks.featurefile import FeatureFileSink
 from tests.factories import make_facts, make_gpu
@@ -82,8 +83,7 @@ def agent_with(
         sinks=sinks or [RecordingSink()],
         options=options,
         log=log if log is not None else Log(),
-        derive=no_topology,
-        **kw,
+        **{"derive": no_topology, **kw},
     )  # type: ignore[arg-type]
 
 
@@ -226,16 +226,14 @@ class CountingTelemetry:
     def nvml_up(self, up: bool) -> None:
         return None
 
-
-def _broken_rule(_facts: NodeFacts) -> Derived:
-    raise KeyError("nvlink")
+    def topology_failed(self) -> None:
+        return None
 
 
 @pytest.mark.parametrize(
     ("read", "derive", "stage"),
     [
         (scripted(ZeroDivisionError("reader bug"), GOOD), no_topology, "reading the facts"),
-        (scripted(GOOD), _broken_rule, "computing the labels"),
     ],
 )
 def test_an_unexpected_exception_fails_one_cycle_not_the_agent(
@@ -252,7 +250,7 @@ def test_an_unexpected_exception_fails_one_cycle_not_the_agent(
     assert telemetry.failed == ["internal"]
     assert sink.published == [], "nothing is published from a cycle that broke"
     (level, _event, fields), *_ = [e for e in log.events if e[1] == "cycle failed"]
-    assert level == "error" and isinstance(fields["exc_info"], KeyError | ZeroDivisionError)
+    assert level == "error" and isinstance(fields["exc_info"], ZeroDivisionError)
 
 
 def test_a_sink_raising_anything_does_not_stop_the_other_sinks() -> None:
@@ -297,3 +295,69 @@ def test_the_json_log_carries_the_traceback_of_an_internal_failure() -> None:
     assert line["event"] == "cycle failed" and line["kind"] == "internal"
     assert line["exception"].startswith("Traceback (most recent call last):")
     assert "RuntimeError: reader bug" in line["exception"]
+
+
+# --------------------------------------------------------------------------- topology failures
+
+SELF_LINKED = make_facts(
+    [
+        make_gpu(0, nvlinks=(NvLink(index=0, active=True, remote_bus_id=make_gpu(0).bus_id),)),
+        make_gpu(1),
+    ]
+)
+
+
+def test_a_broken_topology_withholds_only_the_topology_labels() -> None:
+    # The real builder: an NVLink whose far end is the GPU itself is no topology.
+    sink, log = RecordingSink(), Log()
+    telemetry = AgentTelemetry(sleep_interval=None)
+    agent = agent_with(
+        scripted(SELF_LINKED), sink, log=log, telemetry=telemetry, derive=derive_topology
+    )
+    outcomes = [agent.cycle(), agent.cycle()]
+    assert all(outcome.ok for outcome in outcomes)
+    assert sink.current is not None
+    labels = sink.current.labels
+    assert labels["nvidia.com/gpu.count"] == "2"
+    assert labels["nvidia.com/gpu.product"] == make_gpu(0).name.replace(" ", "-")
+    assert not [
+        key
+        for key in labels
+        if key.startswith(
+            ("nvidia.com/gpu.interconnect", "nvidia.com/gpu.nvlink", "nvidia.com/gpu.pcie")
+        )
+    ]
+    assert sink.current.annotations == {}
+    withheld = [event for event in log.events if event[1].startswith("topology labels withheld")]
+    assert len(withheld) == 1, "logged once per distinct reason, not once per cycle"
+    assert withheld[0][0] == "error"
+    assert "TopologyError" in str(withheld[0][2]["reason"])
+    assert "the remote end is the GPU itself" in str(withheld[0][2]["reason"])
+    assert telemetry.registry.get_sample_value("gfd_topology_failures_total") == 2
+    assert telemetry.registry.get_sample_value("gfd_cycles_total", {"result": "success"}) == 2
+
+
+def test_any_builder_exception_is_withheld_and_each_reason_logged_once() -> None:
+    reasons = iter([RuntimeError("first"), RuntimeError("first"), MemoryError("second")])
+
+    def derive(_facts: NodeFacts) -> Derived:
+        raise next(reasons)
+
+    sink, log = RecordingSink(), Log()
+    telemetry = AgentTelemetry(sleep_interval=None)
+    agent = agent_with(scripted(GOOD), sink, log=log, telemetry=telemetry, derive=derive)
+    assert all(agent.cycle().ok for _ in range(3))
+    assert sink.current is not None and sink.current.labels["nvidia.com/gpu.count"] == "2"
+    logged = [event[2]["reason"] for event in log.events if event[1].startswith("topology")]
+    assert logged == ["RuntimeError: first", "MemoryError: second"]
+    assert telemetry.registry.get_sample_value("gfd_topology_failures_total") == 3
+
+
+def test_a_good_topology_counts_no_failure() -> None:
+    telemetry = AgentTelemetry(sleep_interval=None)
+    sink = RecordingSink()
+    agent = agent_with(scripted(GOOD), sink, telemetry=telemetry, derive=derive_topology)
+    assert agent.cycle().ok
+    assert sink.current is not None and "nvidia.com/gpu.interconnect" in sink.current.labels
+    assert "nvidia.com/gpu.topology" in sink.current.annotations
+    assert telemetry.registry.get_sample_value("gfd_topology_failures_total") == 0

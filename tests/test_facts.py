@@ -14,6 +14,7 @@ from gfd.facts import (
     MigDevice,
     NodeFacts,
     NvLink,
+    NvLinkP2P,
     PciPair,
     cpulist_from_ids,
     cpulist_to_ids,
@@ -64,6 +65,7 @@ RICH = make_facts(
         make_gpu(1, cpu_affinity=None, numa_node=None, pci_class=None),
     ],
     pci_pairs=(PciPair(a=0, b=1, level="node"),),
+    nvlink_p2p=(NvLinkP2P(a=0, b=1, status="ok"),),
 )
 
 
@@ -145,6 +147,26 @@ def _bad(mutate):  # type: ignore[no-untyped-def]
             lambda d: d["pci_pairs"].append({"a": 0, "b": 1, "level": "node"}),
             "pci_pairs[1]",
             "listed twice",
+        ),
+        (
+            lambda d: d["nvlink_p2p"].append({"a": 0, "b": 2, "status": "ok"}),
+            "nvlink_p2p[1]",
+            "pair (0, 2) must name two GPU indices a < b below 2",
+        ),
+        (
+            lambda d: d["nvlink_p2p"].append({"a": 0, "b": 1, "status": "unknown"}),
+            "nvlink_p2p[1]",
+            "pair (0, 1) is listed twice",
+        ),
+        (
+            lambda d: d["nvlink_p2p"][0].update(status="OK"),
+            "nvlink_p2p[0].status",
+            "'OK' is not one of 'ok', 'chipset-not-supported'",
+        ),
+        (
+            lambda d: d["nvlink_p2p"][0].pop("status"),
+            "nvlink_p2p[0].status",
+            "required field is missing",
         ),
         (lambda d: d.update(schema_version=7), "schema_version", "unsupported schema version 7"),
         (lambda d: d.update(gpus={"a": 1}), "gpus", "expected a list"),

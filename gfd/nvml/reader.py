@@ -39,12 +39,14 @@ from gfd.facts import (
     FABRIC_STATES,
     GI_PROFILE_VARIANTS,
     NVLINK_REMOTE_TYPES,
+    P2P_STATUSES,
     PCI_LEVELS,
     FabricInfo,
     Gpu,
     MigDevice,
     NodeFacts,
     NvLink,
+    NvLinkP2P,
     PciPair,
     cpulist_from_ids,
 )
@@ -59,6 +61,9 @@ CPU_AFFINITY_WORDS = 64
 FIELD_NVLINK_LINK_COUNT = 91
 #: Upper bound on links probed one by one when the link-count field is not supported.
 MAX_PROBED_LINKS = 36
+#: ``NVML_P2P_CAPS_INDEX_NVLINK``, written out: pynvml spells some P2P caps constants as
+#: one-element tuples (``NVML_P2P_CAPS_INDEX_READ`` is ``(0,)``), which ctypes cannot pass.
+P2P_CAPS_INDEX_NVLINK = 2
 #: nvml.h's ``nvmlGpuFabricInfo_v3``; pynvml's default fabric struct is still v2.
 FABRIC_INFO_V3 = 0x03000028
 
@@ -136,7 +141,8 @@ NVML_CALLS: tuple[NvmlCall, ...] = (
     NvmlCall(
         "nvmlDeviceGetP2PStatus",
         "optional",
-        "nvlink_p2p[] (NVLink reachability between GPU pairs)",
+        "nvlink_p2p[] (NVLink reachability between NVSwitch fabrics that share no switch: "
+        "one pair per two fabrics, none on a one-fabric node)",
     ),
     NvmlCall(
         "nvmlDeviceGetGpuFabricInfoV",
@@ -171,6 +177,7 @@ _FABRIC_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARG
 _LEVEL_NAMES = {value: name for name, value in PCI_LEVELS.items()}
 _REMOTE_TYPE_NAMES = {value: name for name, value in NVLINK_REMOTE_TYPES.items()}
 _FABRIC_STATE_NAMES = {value: name for name, value in FABRIC_STATES.items()}
+_P2P_STATUS_NAMES = {value: name for name, value in P2P_STATUSES.items()}
 
 _library_lock = threading.Lock()
 _loaded_library: str | None = None
@@ -329,14 +336,90 @@ def _read_all(nv: _Session, sysfs_root: Path, machine_type_file: Path) -> NodeFa
                     f"GPUs {a} and {b}: level {level} is not a known nvmlGpuTopologyLevel_t",
                 )
             pairs.append(PciPair(a=a, b=b, level=_LEVEL_NAMES[level]))  # type: ignore[arg-type]
+    nvlink_p2p = _read_nvlink_p2p(nv, handles, gpus)
     return NodeFacts(
         driver_version=_text(driver) if driver is not None else None,
         cuda_driver_version=int(cuda) if cuda is not None else None,
         machine_type=_read_machine_type(machine_type_file),
         gpus=gpus,
         pci_pairs=tuple(pairs),
+        nvlink_p2p=nvlink_p2p,
         vgpu=read_vgpu(sysfs_root),
     )
+
+
+def _switch_fabrics(gpus: tuple[Gpu, ...]) -> list[int]:
+    """The lowest GPU of each group of GPUs that share an NVSwitch, ascending.
+
+    A switch link is an active link of remote type ``switch``, or of unreported type
+    whose bus id is no GPU of the node (as :mod:`gfd.topology.compact` reads it).
+    """
+    gpu_buses = {gpu.bus_id.upper() for gpu in gpus}
+    parent = list(range(len(gpus)))
+
+    def find(node: int) -> int:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    first_at_switch: dict[str, int] = {}
+    attached: list[int] = []
+    for gpu in gpus:
+        for link in gpu.nvlinks:
+            bus = link.remote_bus_id.upper() if link.remote_bus_id is not None else None
+            is_switch = link.remote_type == "switch" or (
+                link.remote_type is None and bus is not None and bus not in gpu_buses
+            )
+            if not link.active or not is_switch:
+                continue
+            if not attached or attached[-1] != gpu.index:
+                attached.append(gpu.index)
+            first = find(first_at_switch.setdefault(bus or "", gpu.index))
+            own = find(gpu.index)
+            parent[max(first, own)] = min(first, own)
+    return [gpu for gpu in attached if find(gpu) == gpu]
+
+
+def _read_nvlink_p2p(
+    nv: _Session, handles: list[Any], gpus: tuple[Gpu, ...]
+) -> tuple[NvLinkP2P, ...]:
+    """NVLink P2P status where it can change the topology: between NVSwitch fabrics.
+
+    GPUs that share a switch reach each other over NVLink by construction; GPUs on
+    fabrics that share no switch do only when switch-to-switch trunks join them
+    (DGX-2/HGX-2), which no link query shows. One pair per two fabrics is asked (their
+    lowest GPUs), none where the two are already known to be joined: a normal DGX/HGX
+    node (one fabric) makes no call, a two-board DGX-2 one.
+    """
+    fabrics = _switch_fabrics(gpus)
+    group = list(range(len(fabrics)))
+    entries: list[NvLinkP2P] = []
+    for j in range(1, len(fabrics)):
+        refused: set[int] = set()
+        for i in range(j):
+            if group[i] == group[j] or group[i] in refused:
+                continue
+            a, b = fabrics[i], fabrics[j]
+            status = nv.optional(
+                "nvmlDeviceGetP2PStatus",
+                pynvml.nvmlDeviceGetP2PStatus,
+                handles[a],
+                handles[b],
+                P2P_CAPS_INDEX_NVLINK,
+            )
+            if status is None:
+                if nv.absences.get("nvmlDeviceGetP2PStatus") == "NVML_ERROR_FUNCTION_NOT_FOUND":
+                    return tuple(entries)
+                continue
+            name = _P2P_STATUS_NAMES.get(int(status), "unknown")
+            entries.append(NvLinkP2P(a=a, b=b, status=name))  # type: ignore[arg-type]
+            if name != "ok":
+                refused.add(group[i])
+                continue
+            joined, merged = min(group[i], group[j]), max(group[i], group[j])
+            group = [joined if g == merged else g for g in group]
+    return tuple(entries)
 
 
 def _text(value: str | bytes) -> str:

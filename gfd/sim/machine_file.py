@@ -12,6 +12,7 @@ from __future__ import annotations
 from gfd.facts import (
     FABRIC_STATES,
     NVLINK_REMOTE_TYPES,
+    P2P_STATUSES,
     PCI_LEVELS,
     FactsError,
     Gpu,
@@ -294,6 +295,8 @@ def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
         lines.extend(_gpu_lines(gpu))
     for pair in facts.pci_pairs:
         lines.append(f"pair {pair.a} {pair.b} {PCI_LEVELS[pair.level]}")
+    for entry in facts.nvlink_p2p:
+        lines.append(f"nvlink_p2p {entry.a} {entry.b} {P2P_STATUSES[entry.status]}")
     for error in faults.errors:
         only_gpu = "-" if error.gpu is None else str(error.gpu)
         times = "-" if error.times is None else str(error.times)

@@ -165,6 +165,8 @@ typedef struct {
     sim_gpu *gpus;
     size_t n_gpus;
     int *levels; /* n_gpus * n_gpus, -1 unknown */
+    signed char *p2p_nvlink; /* n_gpus * n_gpus NVLink P2P status as given, -1: derive */
+    int *switch_group; /* per GPU: its NVSwitch fabric joined by trunks, -1: no switch link */
     sim_fault *faults;
     size_t n_faults;
     long long driver_not_loaded_inits;

@@ -55,6 +55,13 @@
  *       mig_engines COPY DECODERS ENCODERS JPEG OFA
  *       mig_media_extensions 0|1
  *   pair A B LEVEL                        nvmlDeviceGetTopologyCommonAncestor, a < b
+ *   nvlink_p2p A B STATUS                 nvmlDeviceGetP2PStatus(NVLINK) of a < b, an
+ *                                         nvmlGpuP2PStatus_t; "ok" between GPUs of two
+ *                                         NVSwitch fabrics joins the fabrics (trunks), so
+ *                                         every pair across them is served "ok" too.
+ *                                         Pairs not given are derived: direct links or a
+ *                                         shared (or trunk-joined) switch give "ok", else
+ *                                         NOT_SUPPORTED
  *   fault_error CALL CODE GPU|- TIMES|-   CALL (an exported symbol) returns CODE, for
  *                                         one GPU or any, the first TIMES matches or always
  *   fault_gpu_lost GPU AFTER_CALLS        after that many calls on the GPU, every later
@@ -88,6 +95,8 @@ static void free_machine(sim_machine *m) {
     }
     free(m->gpus);
     free(m->levels);
+    free(m->p2p_nvlink);
+    free(m->switch_group);
     free(m->faults);
     free(m);
 }
@@ -661,6 +670,24 @@ static int parse_late_line(parse_ctx *ctx, sim_machine *m, char *line) {
         m->levels[n[1] * m->n_gpus + n[0]] = (int)n[2];
         return 0;
     }
+    if (strcmp(key, "nvlink_p2p") == 0) {
+        if (parse_numbers(ctx, key, value, n, 3) != 0) {
+            return -1;
+        }
+        if (!(n[0] < n[1] && n[1] < m->n_gpus)) {
+            return parse_fail(ctx, "nvlink_p2p: %u %u must be two GPU indices a < b below %zu",
+                              n[0], n[1], m->n_gpus);
+        }
+        if (n[2] > NVML_P2P_STATUS_UNKNOWN) {
+            return parse_fail(ctx, "nvlink_p2p: %u is not an nvmlGpuP2PStatus_t", n[2]);
+        }
+        if (m->p2p_nvlink[n[0] * m->n_gpus + n[1]] >= 0) {
+            return parse_fail(ctx, "nvlink_p2p: pair %u %u is listed twice", n[0], n[1]);
+        }
+        m->p2p_nvlink[n[0] * m->n_gpus + n[1]] = (signed char)n[2];
+        m->p2p_nvlink[n[1] * m->n_gpus + n[0]] = (signed char)n[2];
+        return 0;
+    }
     if (strcmp(key, "fault_error") == 0) {
         if (parse_fault_error(ctx, m, value) != 0) {
             return -1;
@@ -689,6 +716,91 @@ static int parse_late_line(parse_ctx *ctx, sim_machine *m, char *line) {
         return 0;
     }
     return parse_fail(ctx, "unknown key '%s'", key);
+}
+
+/* ------------------------------------------------------------------------- */
+/* NVSwitch fabrics */
+
+typedef struct {
+    const char *bus;
+    int gpu;
+} switch_end;
+
+static int compare_switch_ends(const void *left, const void *right) {
+    const switch_end *a = left, *b = right;
+    int order = strcmp(a->bus, b->bus);
+    return order != 0 ? order : (a->gpu > b->gpu) - (a->gpu < b->gpu);
+}
+
+static int find_group(int *parent, int node) {
+    while (parent[node] != node) {
+        parent[node] = parent[parent[node]];
+        node = parent[node];
+    }
+    return node;
+}
+
+static void join_groups(int *parent, int a, int b) {
+    int ra = find_group(parent, a), rb = find_group(parent, b);
+    if (ra < rb) {
+        parent[rb] = ra;
+    } else if (rb < ra) {
+        parent[ra] = rb;
+    }
+}
+
+/* switch_group: GPUs that share a switch, joined further by NVLink P2P "ok" between GPUs
+ * that both have switch links (the trunks of a two-board machine); -1 without switch links. */
+static int group_switches(sim_machine *m) {
+    size_t ends = 0;
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        ends += m->gpus[i].n_links;
+    }
+    switch_end *end = malloc((ends > 0 ? ends : 1) * sizeof *end);
+    if (end == NULL) {
+        return -1;
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        const sim_gpu *gpu = &m->gpus[i];
+        m->switch_group[i] = (int)i;
+        for (size_t k = 0; k < gpu->n_links; k++) {
+            const sim_link *l = &gpu->links[k];
+            if (l->active && l->has_remote_bus && l->has_remote_type &&
+                l->remote_type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+                end[count].bus = l->remote_bus;
+                end[count].gpu = (int)i;
+                count++;
+            }
+        }
+    }
+    qsort(end, count, sizeof *end, compare_switch_ends);
+    for (size_t k = 1; k < count; k++) {
+        if (strcmp(end[k].bus, end[k - 1].bus) == 0) {
+            join_groups(m->switch_group, end[k - 1].gpu, end[k].gpu);
+        }
+    }
+    unsigned char *attached = calloc(m->n_gpus > 0 ? m->n_gpus : 1, 1);
+    if (attached == NULL) {
+        free(end);
+        return -1;
+    }
+    for (size_t k = 0; k < count; k++) {
+        attached[end[k].gpu] = 1;
+    }
+    free(end);
+    for (size_t a = 0; a < m->n_gpus; a++) {
+        for (size_t b = a + 1; b < m->n_gpus && attached[a]; b++) {
+            if (attached[b] && m->p2p_nvlink[a * m->n_gpus + b] == NVML_P2P_STATUS_OK) {
+                join_groups(m->switch_group, (int)a, (int)b);
+            }
+        }
+    }
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        m->switch_group[i] = attached[i] ? find_group(m->switch_group, (int)i) : -1;
+    }
+    free(attached);
+    return 0;
 }
 
 /* Read a whole config file into lines; return a machine or NULL with ctx->error set. */
@@ -728,7 +840,8 @@ sim_machine *sim_load_machine(const char *path, char *error, size_t error_size) 
             continue;
         }
         /* pair and fault records name GPUs: read them once all GPUs are known. */
-        int late_record = strncmp(buffer, "pair ", 5) == 0 || strncmp(buffer, "fault_", 6) == 0;
+        int late_record = strncmp(buffer, "pair ", 5) == 0 || strncmp(buffer, "fault_", 6) == 0 ||
+                          strncmp(buffer, "nvlink_p2p ", 11) == 0;
         if (!late_record) {
             ok = parse_line(&ctx, m, buffer);
         } else {
@@ -758,9 +871,12 @@ sim_machine *sim_load_machine(const char *path, char *error, size_t error_size) 
     if (ok == 0) {
         size_t cells = m->n_gpus * m->n_gpus;
         m->levels = malloc((cells > 0 ? cells : 1) * sizeof *m->levels);
-        if (m->levels == NULL) {
+        m->p2p_nvlink = malloc(cells > 0 ? cells : 1);
+        m->switch_group = malloc((m->n_gpus > 0 ? m->n_gpus : 1) * sizeof *m->switch_group);
+        if (m->levels == NULL || m->p2p_nvlink == NULL || m->switch_group == NULL) {
             ok = parse_fail(&ctx, "out of memory");
         } else {
+            memset(m->p2p_nvlink, -1, cells);
             for (size_t i = 0; i < cells; i++) {
                 m->levels[i] = -1;
             }
@@ -772,6 +888,10 @@ sim_machine *sim_load_machine(const char *path, char *error, size_t error_size) 
     for (size_t i = 0; ok == 0 && i < n_late; i++) {
         ctx.line = late_lines[i];
         ok = parse_late_line(&ctx, m, late[i]);
+    }
+    if (ok == 0 && group_switches(m) != 0) {
+        ctx.line = 0;
+        ok = parse_fail(&ctx, "out of memory");
     }
     for (size_t i = 0; ok == 0 && i < m->n_gpus; i++) {
         sim_gpu *gpu = &m->gpus[i];

@@ -163,7 +163,16 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
     if (p2pStatus == NULL || a == b || p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) {
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     }
-    int nvlink = nvlink_connected(a, b) || nvlink_connected(b, a);
+    /* NVLink P2P as the machine file gives it, else derived: direct links, a shared switch,
+     * or switches joined by trunks (see switch_group). */
+    int given = g_machine->p2p_nvlink[(size_t)a->handle.gpu * g_machine->n_gpus +
+                                      (size_t)b->handle.gpu];
+    int trunked = a->handle.gpu != b->handle.gpu &&
+                  g_machine->switch_group[a->handle.gpu] >= 0 &&
+                  g_machine->switch_group[a->handle.gpu] ==
+                      g_machine->switch_group[b->handle.gpu];
+    int nvlink = given >= 0 ? given == NVML_P2P_STATUS_OK
+                            : trunked || nvlink_connected(a, b) || nvlink_connected(b, a);
     int level = level_of(a, b);
     /* GeForce boards have PCIe peer-to-peer disabled by the driver. */
     int geforce = (a->has_brand && a->brand == NVML_BRAND_GEFORCE) ||
@@ -171,7 +180,9 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
     nvmlGpuP2PStatus_t status;
     switch (p2pIndex) {
     case NVML_P2P_CAPS_INDEX_NVLINK:
-        status = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        status = given >= 0 ? (nvmlGpuP2PStatus_t)given
+                 : nvlink   ? NVML_P2P_STATUS_OK
+                            : NVML_P2P_STATUS_NOT_SUPPORTED;
         break;
     case NVML_P2P_CAPS_INDEX_ATOMICS:
         status = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;

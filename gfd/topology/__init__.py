@@ -61,12 +61,17 @@ def build_from_input(compact: TopologyInput, *, implementation: Implementation =
     else:
         raise ValueError(f"unknown topology implementation {implementation!r}: use 'c' or 'python'")
     raw = build(
-        compact.gpu_count, compact.bus_keys, compact.numa_nodes, compact.levels, compact.links
+        compact.gpu_count,
+        compact.bus_keys,
+        compact.numa_nodes,
+        compact.levels,
+        compact.links,
+        compact.p2p,
     )
     return assemble(raw, compact.gpu_count)
 
 
-def _c_builder() -> Callable[[int, bytes, bytes, bytes, bytes], RawTopology]:
+def _c_builder() -> Callable[[int, bytes, bytes, bytes, bytes, bytes], RawTopology]:
     # Imported on first use, so that the Python twin (and its tests) still work in a tree
     # where the extension failed to build; its own test fails loudly instead.
     try:

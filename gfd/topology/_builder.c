@@ -1,7 +1,7 @@
 /*
  * gfd.topology._builder: the C topology builder.
  *
- * Owns one function, build(gpu_count, bus_keys, numa_nodes, levels, links), the
+ * Owns one function, build(gpu_count, bus_keys, numa_nodes, levels, links[, p2p]), the
  * twin of gfd/topology/python_builder.py: same input (the compact buffers of
  * gfd/topology/compact.py), same raw result, same checks in the same order with the
  * same messages (raised as gfd.errors.TopologyError). The rules are documented
@@ -22,6 +22,7 @@
 #define MAX_GPUS 4096
 #define MAX_ACTIVE_LINKS 255
 #define LINK_FIELDS 4
+#define P2P_FIELDS 2
 #define BUS_KEY_LIMIT ((int64_t)1 << 52)
 
 enum { REMOTE_GPU = 0, REMOTE_IBMNPU = 1, REMOTE_SWITCH = 2, REMOTE_NOT_REPORTED = 254,
@@ -54,6 +55,7 @@ typedef struct {
     Py_ssize_t *domain_size;
     unsigned char *all_to_all;
     int32_t *numa_sorted;
+    unsigned char *outside;
 } scratch;
 
 static void scratch_free(scratch *s)
@@ -72,6 +74,7 @@ static void scratch_free(scratch *s)
     free(s->domain_size);
     free(s->all_to_all);
     free(s->numa_sorted);
+    free(s->outside);
 }
 
 static void *alloc(size_t count, size_t size)
@@ -137,7 +140,7 @@ static Py_ssize_t gpu_of_key(const keyed_gpu *by_key, Py_ssize_t n, int64_t key)
 }
 
 static int check_sizes(Py_ssize_t n, const Py_buffer *bus_keys, const Py_buffer *numa,
-                       const Py_buffer *levels, const Py_buffer *links)
+                       const Py_buffer *levels, const Py_buffer *links, const Py_buffer *p2p)
 {
     const struct {
         const char *name;
@@ -160,6 +163,13 @@ static int check_sizes(Py_ssize_t n, const Py_buffer *bus_keys, const Py_buffer 
                      "compact input links holds %zd bytes, not a multiple of the %d-byte link "
                      "record",
                      links->len, 8 * LINK_FIELDS);
+        return -1;
+    }
+    if (p2p->len % (8 * P2P_FIELDS)) {
+        PyErr_Format(topology_error,
+                     "compact input p2p holds %zd bytes, not a multiple of the %d-byte P2P "
+                     "record",
+                     p2p->len, 8 * P2P_FIELDS);
         return -1;
     }
     return 0;
@@ -236,7 +246,8 @@ static int fill_levels(unsigned char *plane, Py_ssize_t n, const unsigned char *
     return 0;
 }
 
-/* Count direct links into `nvlinks`, switch links per GPU, and collect switch ends. */
+/* Count direct links into `nvlinks`, switch links and links leaving the node per GPU,
+ * and collect switch ends. */
 static int read_links(scratch *s, Py_ssize_t n, const Py_buffer *links, unsigned char *nvlinks,
                       Py_ssize_t *switch_end_count)
 {
@@ -306,16 +317,9 @@ static int read_links(scratch *s, Py_ssize_t n, const Py_buffer *links, unsigned
             continue;
         Py_ssize_t peer = gpu_of_key(s->by_key, n, remote_key);
         if (peer < 0) {
-            if (remote_type == REMOTE_GPU) {
-                char own[32], remote[32];
-                format_bus_id(own, sizeof own, s->keys[gpu]);
-                format_bus_id(remote, sizeof remote, remote_key);
-                PyErr_Format(topology_error,
-                             "GPU %lld (%s) NVLink %lld: remote bus id %s is not the bus id of "
-                             "any of the %zd GPUs on this node",
-                             (long long)gpu, own, (long long)link, remote, n);
-                return -1;
-            }
+            /* A GPU that is not on this node (a VM given one GPU of a bridged pair). */
+            if (remote_type == REMOTE_GPU)
+                s->outside[gpu]++;
             continue;
         }
         if (peer == gpu) {
@@ -332,9 +336,8 @@ static int read_links(scratch *s, Py_ssize_t n, const Py_buffer *links, unsigned
     return 0;
 }
 
-/* Join GPUs that reach a common switch; add each GPU's switch links towards its fabric. */
-static void add_switched_links(scratch *s, Py_ssize_t n, unsigned char *nvlinks,
-                               Py_ssize_t ends)
+/* Join GPUs that reach a common switch. */
+static void join_switch_ends(scratch *s, Py_ssize_t n, Py_ssize_t ends)
 {
     for (Py_ssize_t gpu = 0; gpu < n; gpu++)
         s->fabric[gpu] = gpu;
@@ -343,6 +346,44 @@ static void add_switched_links(scratch *s, Py_ssize_t n, unsigned char *nvlinks,
         if (s->switch_ends[i].key == s->switch_ends[i - 1].key)
             join(s->fabric, s->switch_ends[i - 1].gpu, s->switch_ends[i].gpu);
     }
+}
+
+/* NVLink P2P "ok" between GPUs with switch links joins their fabrics (trunks). */
+static int join_p2p_fabrics(scratch *s, Py_ssize_t n, const Py_buffer *p2p)
+{
+    Py_ssize_t records = p2p->len / (8 * P2P_FIELDS);
+    const char *base = p2p->buf;
+    int64_t previous_a = -1, previous_b = -1;
+    for (Py_ssize_t r = 0; r < records; r++) {
+        int64_t field[P2P_FIELDS];
+        memcpy(field, base + r * 8 * P2P_FIELDS, sizeof field);
+        int64_t a = field[0], b = field[1];
+        if (!(0 <= a && a < b && b < n)) {
+            PyErr_Format(topology_error,
+                         "NVLink P2P record %zd names GPUs (%lld, %lld); expected two GPU "
+                         "indices a < b below %zd",
+                         r, (long long)a, (long long)b, n);
+            return -1;
+        }
+        if (a < previous_a || (a == previous_a && b <= previous_b)) {
+            PyErr_Format(topology_error,
+                         "NVLink P2P records must be sorted by GPU pair, each listed once "
+                         "((%lld, %lld) follows (%lld, %lld))",
+                         (long long)a, (long long)b, (long long)previous_a,
+                         (long long)previous_b);
+            return -1;
+        }
+        previous_a = a;
+        previous_b = b;
+        if (s->switch_links[a] && s->switch_links[b])
+            join(s->fabric, (Py_ssize_t)a, (Py_ssize_t)b);
+    }
+    return 0;
+}
+
+/* Add each GPU's switch links towards the other GPUs of its fabric. */
+static void add_switched_links(scratch *s, Py_ssize_t n, unsigned char *nvlinks)
+{
     for (Py_ssize_t gpu = 0; gpu < n; gpu++)
         s->fabric[gpu] = find_root(s->fabric, gpu);
     /* Bucket the switch-attached GPUs by fabric (a counting sort on the root), so the
@@ -526,19 +567,22 @@ static PyObject *build(PyObject *module, PyObject *args)
 {
     (void)module;
     Py_ssize_t n;
-    Py_buffer bus_keys, numa, levels, links;
-    if (!PyArg_ParseTuple(args, "ny*y*y*y*:build", &n, &bus_keys, &numa, &levels, &links))
+    Py_buffer bus_keys, numa, levels, links, p2p;
+    memset(&p2p, 0, sizeof p2p);
+    if (!PyArg_ParseTuple(args, "ny*y*y*y*|y*:build", &n, &bus_keys, &numa, &levels, &links,
+                          &p2p))
         return NULL;
     scratch s;
     memset(&s, 0, sizeof s);
     PyObject *plane = NULL, *nvlink_plane = NULL, *domains = NULL, *numa_result = NULL;
+    PyObject *outside = NULL;
     PyObject *result = NULL;
 
     if (n < 0 || n > MAX_GPUS) {
         PyErr_Format(topology_error, "a topology has 0 to %d GPUs, got %zd", MAX_GPUS, n);
         goto done;
     }
-    if (check_sizes(n, &bus_keys, &numa, &levels, &links) < 0)
+    if (check_sizes(n, &bus_keys, &numa, &levels, &links, &p2p) < 0)
         goto done;
     Py_ssize_t records = links.len / (8 * LINK_FIELDS);
     s.keys = alloc((size_t)n, sizeof(int64_t));
@@ -555,7 +599,9 @@ static PyObject *build(PyObject *module, PyObject *args)
     s.domain_size = alloc((size_t)n, sizeof(Py_ssize_t));
     s.all_to_all = alloc((size_t)n, 1);
     s.numa_sorted = alloc((size_t)n, sizeof(int32_t));
-    if (!s.keys || !s.numa || !s.by_key || !s.switch_ends || !s.switch_links || !s.fabric ||
+    s.outside = alloc((size_t)n, 1);
+    if (!s.outside || !s.keys || !s.numa || !s.by_key || !s.switch_ends || !s.switch_links ||
+        !s.fabric ||
         !s.fabric_start || !s.fabric_members || !s.parent || !s.domain_of || !s.domain_of_root ||
         !s.domain_size || !s.all_to_all || !s.numa_sorted) {
         PyErr_NoMemory();
@@ -583,7 +629,10 @@ static PyObject *build(PyObject *module, PyObject *args)
     Py_ssize_t ends = 0;
     if (read_links(&s, n, &links, nv, &ends) < 0)
         goto done;
-    add_switched_links(&s, n, nv, ends);
+    join_switch_ends(&s, n, ends);
+    if (join_p2p_fabrics(&s, n, &p2p) < 0)
+        goto done;
+    add_switched_links(&s, n, nv);
 
     Py_ssize_t domain_count = number_domains(&s, n, nv);
     long min_nvlinks = -1, pcie_worst = -1;
@@ -626,24 +675,30 @@ static PyObject *build(PyObject *module, PyObject *args)
     numa_result = numa_counts(&s, n);
     if (!numa_result)
         goto done;
-    result = Py_BuildValue("(OOOillO)", plane, nvlink_plane, domains, interconnect, min_nvlinks,
-                           pcie_worst, numa_result);
+    outside = PyBytes_FromStringAndSize((const char *)s.outside, n);
+    if (!outside)
+        goto done;
+    result = Py_BuildValue("(OOOillOO)", plane, nvlink_plane, domains, interconnect, min_nvlinks,
+                           pcie_worst, numa_result, outside);
 done:
     Py_XDECREF(plane);
     Py_XDECREF(nvlink_plane);
     Py_XDECREF(domains);
     Py_XDECREF(numa_result);
+    Py_XDECREF(outside);
     scratch_free(&s);
     PyBuffer_Release(&bus_keys);
     PyBuffer_Release(&numa);
     PyBuffer_Release(&levels);
     PyBuffer_Release(&links);
+    if (p2p.obj)
+        PyBuffer_Release(&p2p);
     return result;
 }
 
 static PyMethodDef builder_methods[] = {
     {"build", build, METH_VARARGS,
-     "build(gpu_count, bus_keys, numa_nodes, levels, links) -> raw topology tuple\n\n"
+     "build(gpu_count, bus_keys, numa_nodes, levels, links, p2p=b'') -> raw topology tuple\n\n"
      "Build the GPU topology from the compact input of gfd.topology.compact."},
     {NULL, NULL, 0, NULL},
 };

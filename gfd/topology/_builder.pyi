@@ -6,5 +6,11 @@ MAX_GPUS: int
 MAX_ACTIVE_LINKS: int
 
 def build(
-    gpu_count: int, bus_keys: bytes, numa_nodes: bytes, levels: bytes, links: bytes, /
+    gpu_count: int,
+    bus_keys: bytes,
+    numa_nodes: bytes,
+    levels: bytes,
+    links: bytes,
+    p2p: bytes = b"",
+    /,
 ) -> RawTopology: ...

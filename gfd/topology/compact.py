@@ -19,6 +19,10 @@ Layout (native byte order):
 ``links``
     int64 x 4 per *active* NVLink, sorted by GPU then link index: GPU position,
     link index, remote type (``REMOTE_*``), remote bus key (-1 when not reported).
+``p2p``
+    int64 x 2 per GPU pair ``a < b`` whose NVLink P2P status NVML reported ``ok``
+    (``NodeFacts.nvlink_p2p``), sorted by ``(a, b)``. Other statuses are not encoded:
+    they change nothing (see ``python_builder``).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ _REMOTE_CODES: dict[str | None, int] = {
 }
 #: int64 fields per link record.
 LINK_FIELDS = 4
+#: int64 fields per NVLink P2P record.
+P2P_FIELDS = 2
 
 # NVML writes an 8-digit domain, sysfs and NVML's legacy field a 4-digit one; both name
 # the same device, and hex case carries no meaning.
@@ -64,6 +70,7 @@ class TopologyInput:
     numa_nodes: bytes
     levels: bytes
     links: bytes
+    p2p: bytes = b""
 
 
 def bus_key(bus_id: str) -> int | None:
@@ -138,7 +145,25 @@ def topology_input(facts: NodeFacts) -> TopologyInput:
         numa_nodes=numa_nodes.tobytes(),
         levels=_pair_levels(facts, n),
         links=links.tobytes(),
+        p2p=_p2p_records(facts, n),
     )
+
+
+def _p2p_records(facts: NodeFacts, n: int) -> bytes:
+    """The pairs with NVLink P2P ``ok``, sorted; a pair naming no GPUs or listed twice is an error."""
+    seen: set[tuple[int, int]] = set()
+    for entry in facts.nvlink_p2p:
+        pair = (entry.a, entry.b)
+        if not (0 <= entry.a < entry.b < n):
+            raise TopologyError(
+                f"NVLink P2P pair ({entry.a}, {entry.b}) does not name two GPU indices "
+                f"a < b below {n}"
+            )
+        if pair in seen:
+            raise TopologyError(f"NVLink P2P pair ({entry.a}, {entry.b}) is listed twice")
+        seen.add(pair)
+    ok = sorted((e.a, e.b) for e in facts.nvlink_p2p if e.status == "ok")
+    return array("q", [value for pair in ok for value in pair]).tobytes()
 
 
 def pair_offset(a: int, b: int, n: int) -> int:

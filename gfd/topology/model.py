@@ -55,9 +55,12 @@ INTERCONNECTS: tuple[Interconnect, ...] = (
 #: What a builder returns: (levels plane, NVLink plane, domains as (GPU indices,
 #: all-to-all, through one NVSwitch fabric), interconnect code, minimum NVLink count
 #: over ordered GPU pairs or -1, worst level code over pairs without NVLink or -1,
-#: (NUMA node, GPU count) sorted by node).
+#: (NUMA node, GPU count) sorted by node), active NVLinks per GPU to GPUs outside the
+#: node (one byte per GPU).
 RawDomain = tuple[tuple[int, ...], bool, bool]
-RawTopology = tuple[bytes, bytes, list[RawDomain], int, int, int, tuple[tuple[int, int], ...]]
+RawTopology = tuple[
+    bytes, bytes, list[RawDomain], int, int, int, tuple[tuple[int, int], ...], bytes
+]
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,9 @@ class Topology:
     nvlinks: bytes = field(repr=False)
     domains: tuple[NvLinkDomain, ...]
     summary: TopologySummary
+    #: Per GPU, active NVLinks whose far end is a GPU that is not on this node (a VM
+    #: given one GPU of an NVLink-bridged pair); they count toward no pair.
+    outside_nvlinks: tuple[int, ...] = ()
 
     def cell(self, a: int, b: int) -> str:
         """The ``nvidia-smi topo -m`` code of GPU ``a`` (row) to GPU ``b`` (column)."""
@@ -147,7 +153,7 @@ class Topology:
 
 def assemble(raw: RawTopology, gpu_count: int) -> Topology:
     """Wrap a builder's raw result in a :class:`Topology`."""
-    levels, nvlinks, domains, interconnect, min_nvlinks, pcie_worst, numa = raw
+    levels, nvlinks, domains, interconnect, min_nvlinks, pcie_worst, numa, outside = raw
     return Topology(
         gpu_count=gpu_count,
         levels=levels,
@@ -163,4 +169,5 @@ def assemble(raw: RawTopology, gpu_count: int) -> Topology:
             numa_nodes=tuple(node for node, _ in numa),
             gpus_per_numa_node=numa,
         ),
+        outside_nvlinks=tuple(outside),
     )

@@ -14,9 +14,17 @@ Rules:
   when both GPUs have links to NVSwitches of one fabric, GPU ``a``'s switch-link
   count. A fabric is a connected group of GPUs and switches (switches are told apart
   by their bus id; GB200 reports one shared id, which makes one fabric).
-- A link of remote type ``gpu`` must name a GPU of the node; a link whose type was
-  not reported (or is ``unknown``) counts as a GPU link when its bus id names a GPU
-  and is ignored otherwise; links to an IBM NPU are ignored.
+- NVLink P2P ``ok`` (``nvmlDeviceGetP2PStatus`` with ``NVML_P2P_CAPS_INDEX_NVLINK``)
+  between two GPUs that both have switch links joins their fabrics into one: their
+  switches are joined by switch-to-switch trunks (DGX-2 / HGX-2, 16-GPU HGX A100), so
+  every pair of the joined fabric counts the row GPU's switch links, as
+  ``nvidia-smi topo -m`` shows NV6 for every pair of a DGX-2. Other statuses, and P2P
+  ``ok`` of a GPU without switch links, change nothing.
+- A link of remote type ``gpu`` whose bus id is no GPU of the node goes to a GPU
+  outside the node (a VM given one GPU of an NVLink-bridged pair): it is counted per
+  GPU in ``outside_nvlinks`` and toward no pair. A link whose type was not reported
+  (or is ``unknown``) counts as a GPU link when its bus id names a GPU and is ignored
+  otherwise; links to an IBM NPU are ignored.
 - NVLink domains: connected groups of two or more GPUs with NVLink between them.
 """
 
@@ -28,6 +36,7 @@ from itertools import pairwise
 from gfd.errors import TopologyError
 from gfd.topology.compact import (
     LINK_FIELDS,
+    P2P_FIELDS,
     REMOTE_GPU,
     REMOTE_IBMNPU,
     REMOTE_NOT_REPORTED,
@@ -62,11 +71,16 @@ _LEVEL_TABLE = bytes(
 
 
 def build(
-    gpu_count: int, bus_keys: bytes, numa_nodes: bytes, levels: bytes, links: bytes
+    gpu_count: int,
+    bus_keys: bytes,
+    numa_nodes: bytes,
+    levels: bytes,
+    links: bytes,
+    p2p: bytes = b"",
 ) -> RawTopology:
     """Build the raw topology of ``gpu_count`` GPUs from the compact buffers."""
     n = gpu_count
-    _check_sizes(n, bus_keys, numa_nodes, levels, links)
+    _check_sizes(n, bus_keys, numa_nodes, levels, links, p2p)
     keys = memoryview(bus_keys).cast("q").tolist()
     numa = memoryview(numa_nodes).cast("i").tolist()
     index_of = _index_gpus(keys)
@@ -86,7 +100,9 @@ def build(
     switch_links = [0] * n
     fabric = list(range(n))
     switch_first_gpu: dict[int, int] = {}
-    _read_links(links, n, keys, index_of, nvlinks, switch_links, fabric, switch_first_gpu)
+    outside = bytearray(n)
+    _read_links(links, n, keys, index_of, nvlinks, switch_links, fabric, switch_first_gpu, outside)
+    _join_p2p_fabrics(p2p, n, switch_links, fabric)
     fabric_root = [_find(fabric, gpu) for gpu in range(n)]
     _add_switched_links(n, nvlinks, switch_links, fabric_root)
 
@@ -153,10 +169,13 @@ def build(
         min_nvlinks,
         pcie_worst,
         tuple(sorted(per_numa.items())),
+        bytes(outside),
     )
 
 
-def _check_sizes(n: int, bus_keys: bytes, numa_nodes: bytes, levels: bytes, links: bytes) -> None:
+def _check_sizes(
+    n: int, bus_keys: bytes, numa_nodes: bytes, levels: bytes, links: bytes, p2p: bytes
+) -> None:
     if not (0 <= n <= MAX_GPUS):
         raise TopologyError(f"a topology has 0 to {MAX_GPUS} GPUs, got {n}")
     expected = (
@@ -173,6 +192,11 @@ def _check_sizes(n: int, bus_keys: bytes, numa_nodes: bytes, levels: bytes, link
         raise TopologyError(
             f"compact input links holds {len(links)} bytes, "
             f"not a multiple of the {8 * LINK_FIELDS}-byte link record"
+        )
+    if len(p2p) % (8 * P2P_FIELDS):
+        raise TopologyError(
+            f"compact input p2p holds {len(p2p)} bytes, "
+            f"not a multiple of the {8 * P2P_FIELDS}-byte P2P record"
         )
 
 
@@ -206,8 +230,10 @@ def _read_links(
     switch_links: list[int],
     fabric: list[int],
     switch_first_gpu: dict[int, int],
+    outside: bytearray,
 ) -> None:
-    """Count direct links into ``nvlinks`` and switch links per GPU; join GPUs per fabric."""
+    """Count direct links into ``nvlinks``, switch links and links leaving the node per
+    GPU; join GPUs per fabric."""
     records = memoryview(links).cast("q").tolist()
     previous_gpu, previous_link = -1, -1
     active = 0
@@ -249,11 +275,8 @@ def _read_links(
         peer = index_of.get(remote_key)
         if peer is None:
             if remote_type == REMOTE_GPU:
-                raise TopologyError(
-                    f"GPU {gpu} ({bus_id_of_key(keys[gpu])}) NVLink {link}: remote bus id "
-                    f"{bus_id_of_key(remote_key)} is not the bus id of any of the {n} GPUs "
-                    "on this node"
-                )
+                # A GPU that is not on this node (a VM given one GPU of a bridged pair).
+                outside[gpu] += 1
             continue
         if peer == gpu:
             raise TopologyError(
@@ -261,6 +284,27 @@ def _read_links(
                 "the remote end is the GPU itself"
             )
         nvlinks[gpu * n + peer] += 1
+
+
+def _join_p2p_fabrics(p2p: bytes, n: int, switch_links: list[int], fabric: list[int]) -> None:
+    """NVLink P2P ``ok`` between GPUs with switch links joins their fabrics (trunks)."""
+    records = memoryview(p2p).cast("q").tolist()
+    previous = (-1, -1)
+    for start in range(0, len(records), P2P_FIELDS):
+        a, b = records[start], records[start + 1]
+        if not (0 <= a < b < n):
+            raise TopologyError(
+                f"NVLink P2P record {start // P2P_FIELDS} names GPUs ({a}, {b}); "
+                f"expected two GPU indices a < b below {n}"
+            )
+        if (a, b) <= previous:
+            raise TopologyError(
+                "NVLink P2P records must be sorted by GPU pair, each listed once "
+                f"(({a}, {b}) follows ({previous[0]}, {previous[1]}))"
+            )
+        previous = (a, b)
+        if switch_links[a] and switch_links[b]:
+            _union(fabric, a, b)
 
 
 def _add_switched_links(

@@ -4,7 +4,8 @@ This module owns the three output forms of a :class:`~gfd.topology.model.Topolog
 
 - :func:`render_table`: the layout and legend of ``nvidia-smi topo -m`` (GPU columns,
   ``CPU Affinity``, ``NUMA Affinity``, ``GPU NUMA ID``), tab-separated like the original;
-- :func:`topology_to_json`: plain data (matrix, domains, summary) for ``gfd topo
+- :func:`topology_to_json`: plain data (matrix, domains, NVLinks per GPU to GPUs outside
+  the node, summary) for ``gfd topo
   --format json`` and the facts output;
 - :func:`to_annotation`: compact JSON for a node annotation, each matrix row run-length
   encoded (``"NV12 X NV12*6"``), decoded again by :func:`matrix_from_annotation`.
@@ -49,6 +50,8 @@ LEGEND = (
 )
 #: Legend line for pairs NVML gave no common ancestor for (shown only when present).
 UNKNOWN_LEGEND = ("N/A", "Connection level not reported by NVML")
+#: Line under the legend naming GPUs with active NVLinks to GPUs that are not on the node.
+OUTSIDE_NOTE = "NVLinks to GPUs outside this node"
 
 
 def render_table(topology: Topology, facts: NodeFacts) -> str:
@@ -74,6 +77,11 @@ def render_table(topology: Topology, facts: NodeFacts) -> str:
         legend.append(UNKNOWN_LEGEND)
     lines += ["", "Legend:", ""]
     lines += [f"  {code:<4} = {meaning}" for code, meaning in legend]
+    outside = [f"GPU{gpu} {count}" for gpu, count in enumerate(topology.outside_nvlinks) if count]
+    if outside:
+        # No matrix cell can show a link to a GPU that is not on the node (a VM given one
+        # GPU of an NVLink-bridged pair): nvidia-smi has no code for it either.
+        lines += ["", f"{OUTSIDE_NOTE}: {', '.join(outside)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -91,6 +99,7 @@ def topology_to_json(topology: Topology) -> dict[str, Any]:
             }
             for domain in topology.domains
         ],
+        "outside_nvlinks": list(topology.outside_nvlinks),
         "summary": {
             "interconnect": summary.interconnect,
             "weakest_link": summary.weakest_link,

@@ -483,5 +483,7 @@ def expected_facts(
         "cuda_driver_version": cuda_major * 1000 + int(system.get("cuda_version_minor") or 0) * 10,
         "gpus": gpus,
         "pci_pairs": pairs,
+        # Every GPU sits on one switch fabric (links spread k mod switches): no pair to ask.
+        "nvlink_p2p": [],
         "vgpu": vgpu,
     }

@@ -83,7 +83,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "mig": ((), ("mig_mode_current", "mig_mode_pending", "mig_devices")),
     "nvlink": ((), ("nvlink_version", "nvlinks")),
     "fabric": ((), ("fabric",)),
-    "topology": (("pci_pairs",), ()),
+    "topology": (("pci_pairs", "nvlink_p2p"), ()),
     "vgpu": (("vgpu",), ()),
 }
 #: Facts the harness decides, not the mock.

@@ -55,6 +55,7 @@ REAL_GPUS = {
     "NVIDIA H100 PCIe": (81559, (9, 0)),
     "NVIDIA H200": (143771, (9, 0)),
     "Tesla V100-SXM2-16GB": (16384, (7, 0)),
+    "Tesla V100-SXM3-32GB": (32768, (7, 0)),
     "NVIDIA L4": (23034, (8, 9)),
     "NVIDIA GeForce RTX 4090": (24564, (8, 9)),
     "Tesla T4": (15360, (7, 5)),
@@ -95,6 +96,22 @@ def test_bundled_profile_is_a_complete_real_machine(name: str) -> None:
         # cards).
         assert (gpu.fabric is not None) == (gpu.compute_major in (9, 10) and bool(gpu.nvlinks))
         assert (gpu.nvlink_version is not None) == bool(gpu.nvlinks)
+
+
+def test_dgx2_is_two_boards_of_six_switches_joined_by_one_p2p_fact() -> None:
+    facts = load_profile("dgx2-v100").facts
+    assert len(facts.gpus) == 16 and facts.driver_version is not None
+    assert facts.driver_version.startswith("470.")
+    boards = [
+        {link.remote_bus_id for gpu in facts.gpus[start : start + 8] for link in gpu.nvlinks}
+        for start in (0, 8)
+    ]
+    assert [len(board) for board in boards] == [6, 6] and not boards[0] & boards[1]
+    for gpu in facts.gpus:
+        assert len({link.remote_bus_id for link in gpu.nvlinks}) == len(gpu.nvlinks) == 6
+        assert all(link.remote_type == "switch" for link in gpu.nvlinks)
+    # The one pair the reader asks: the lowest GPU of each board.
+    assert [(e.a, e.b, e.status) for e in facts.nvlink_p2p] == [(0, 8, "ok")]
 
 
 def test_dgx_a100_is_nv12_through_six_switches() -> None:
@@ -382,6 +399,19 @@ def test_one_simulation_at_a_time() -> None:
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nmig_name x\n", "comes before any 'mig' line"),
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\npair 0 1 10\n", "line 4: pair: 0 1 must be"),
         ("gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nfault_gpu_lost 3 1\n", "GPU 3 does not exist"),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nnvlink_p2p 0 1 0\n",
+            "line 4: nvlink_p2p: 0 1 must be two GPU indices a < b below 1",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\ngpu 1\nbus_id 0:2:0.0\nnvlink_p2p 0 1 7\n",
+            "line 6: nvlink_p2p: 7 is not an nvmlGpuP2PStatus_t",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\ngpu 1\nbus_id 0:2:0.0\n"
+            "nvlink_p2p 0 1 0\nnvlink_p2p 0 1 5\n",
+            "line 7: nvlink_p2p: pair 0 1 is listed twice",
+        ),
         ("gfdsim-config 1\nfault_error nvmlInit 0 - -\n", "'0' is not an NVML error code"),
     ],
 )

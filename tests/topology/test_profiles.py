@@ -35,6 +35,8 @@ MUST_SHOW = {
     "dgx-a100": (uniform(8, "NV12"), "nvswitch"),
     "dgx-h100": (uniform(8, "NV18"), "nvswitch"),
     "hgx-h200": (uniform(8, "NV18"), "nvswitch"),
+    # Two baseboards whose switches are joined by trunks: NV6 for every pair.
+    "dgx2-v100": (uniform(16, "NV6"), "nvswitch"),
     "dgx1-v100": (
         grid("""
             X   NV1 NV1 NV2 NV2 SYS SYS SYS

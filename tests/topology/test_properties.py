@@ -3,7 +3,9 @@
 Machines are drawn with random PCI trees (NUMA nodes, root complexes, chains of
 bridges), unreported pairs, and NVLink wirings: none, point to point (symmetric or
 one-sided), switched (one or more fabrics, shared switches, GB200's one bus id),
-and mixtures with inactive, IBM NPU and untyped links; up to 64 GPUs. Raw compact
+and mixtures with inactive, IBM NPU and untyped links and links to GPUs outside the
+node; NVLink P2P facts of random pairs and statuses (joining switch fabrics like
+trunks); up to 64 GPUs. Raw compact
 buffers, corrupt or not, must give the same result or the same error from both.
 Every topology label of every random machine must be a valid Kubernetes label.
 """
@@ -19,7 +21,17 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gfd.errors import TopologyError
-from gfd.facts import Gpu, NodeFacts, NvLink, NvLinkRemoteType, PciLevel, PciPair
+from gfd.facts import (
+    P2P_STATUSES,
+    Gpu,
+    NodeFacts,
+    NvLink,
+    NvLinkP2P,
+    NvLinkRemoteType,
+    P2PStatus,
+    PciLevel,
+    PciPair,
+)
 from gfd.labels.rules import key_problem, value_problem
 from gfd.labels.topology import topology_labels
 from gfd.topology import Topology, build_from_input, build_topology, topology_to_json
@@ -95,7 +107,27 @@ def random_links(
                 links[gpu].append((False, rng.choice([None, "00000000:FD:00.0"]), "gpu"))
             if rng.random() < 0.1:
                 links[gpu].append((True, None, rng.choice(["gpu", None, "switch"])))
+    if wiring in ("p2p", "switched", "mixed"):
+        # GPUs outside the node: a VM given some GPUs of NVLink-bridged groups.
+        for gpu in range(n):
+            if rng.random() < 0.1:
+                outside = f"0000{0xD0 + rng.randrange(2):04X}:{gpu % 256:02X}:00.0"
+                links[gpu].extend([(True, outside, "gpu")] * rng.randint(1, 4))
     return links
+
+
+def random_p2p(rng: random.Random, n: int) -> list[NvLinkP2P]:
+    """NVLink P2P facts of random GPU pairs, mostly ``ok`` (which joins switch fabrics)."""
+    if n < 2 or rng.random() < 0.4:
+        return []
+    statuses: list[P2PStatus] = list(P2P_STATUSES)  # type: ignore[arg-type]
+    pairs = {tuple(sorted(rng.sample(range(n), 2))) for _ in range(rng.randint(1, 2 * n))}
+    entries = [
+        NvLinkP2P(a=a, b=b, status="ok" if rng.random() < 0.7 else rng.choice(statuses))
+        for a, b in pairs
+    ]
+    rng.shuffle(entries)
+    return entries
 
 
 @st.composite
@@ -142,7 +174,7 @@ def machines(draw: st.DrawFn, max_gpus: int = 64) -> NodeFacts:
             level = "internal" if rng.random() < 0.02 else pci_level(places[a], places[b])
             pairs.append(PciPair(a=a, b=b, level=level))
     rng.shuffle(pairs)
-    return NodeFacts(gpus=tuple(gpus), pci_pairs=tuple(pairs))
+    return NodeFacts(gpus=tuple(gpus), pci_pairs=tuple(pairs), nvlink_p2p=tuple(random_p2p(rng, n)))
 
 
 def check_invariants(topology: Topology) -> None:
@@ -155,6 +187,7 @@ def check_invariants(topology: Topology) -> None:
             assert LEVEL_NAMES[topology.levels[a * n + b]] in (
                 "X" if a == b else ("PIX", "PXB", "PHB", "NODE", "SYS", "N/A")
             )
+    assert len(topology.outside_nvlinks) == n
     members = [gpu for domain in topology.domains for gpu in domain.gpus]
     assert len(members) == len(set(members))
     for domain in topology.domains:
@@ -234,6 +267,18 @@ def compact_inputs(draw: st.DrawFn) -> TopologyInput:
     if not corrupt or draw(st.booleans()):
         records.sort(key=lambda record: (record[0], record[1]))
     flat = [value for record in records for value in record]
+    p2p = []
+    for _ in range(draw(st.integers(0, n))):
+        a = field(st.integers(0, max(n - 1, 0)), st.sampled_from([-1, n]))
+        b = field(st.integers(0, max(n - 1, 0)), st.sampled_from([-1, n]))
+        p2p.append((a, b) if corrupt else (min(a, b), max(a, b)))
+    if not corrupt:
+        p2p = sorted({(a, b) for a, b in p2p if a != b})
+    elif draw(st.booleans()):
+        p2p.sort()
+    p2p_flat = [value for record in p2p for value in record]
+    if corrupt and p2p_flat and draw(st.booleans()):
+        p2p_flat.pop()
     trim = draw(st.sampled_from([0, 0, 0, 1])) if corrupt else 0
     return TopologyInput(
         gpu_count=n,
@@ -241,6 +286,7 @@ def compact_inputs(draw: st.DrawFn) -> TopologyInput:
         numa_nodes=array("i", numa).tobytes(),
         levels=bytes(levels),
         links=array("q", flat).tobytes(),
+        p2p=array("q", p2p_flat).tobytes(),
     )
 
 
