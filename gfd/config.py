@@ -14,10 +14,9 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gfd.errors import ConfigError, echo
+from gfd.errors import ConfigError, echo, shorten
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
@@ -445,23 +444,37 @@ class ConfigFile:
 
 
 def load_config_file(path: str) -> ConfigFile:
-    """Read and check a config file; every error names the file and the key."""
+    """Read and check a config file; every error names the file and the key.
+
+    The file is read bounded (:data:`gfd.inputs.CONFIG_FILE_LIMIT`) and its YAML
+    checked for depth and aliases before it is loaded.
+    """
     import yaml
 
+    from gfd.inputs import CONFIG_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bounded_text(path, CONFIG_FILE_LIMIT)
+        check_yaml(text)
     except OSError as exc:
         raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {path}: not UTF-8 text") from exc
+    except InputRejected as exc:
+        raise ConfigError(f"config file {path}: {exc}") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"config file {path}: not valid YAML/JSON{where}: {exc.problem}") from exc
+        problem = shorten(str(exc.problem), 200)
+        raise ConfigError(f"config file {path}: not valid YAML/JSON{where}: {problem}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path}: not valid YAML/JSON: {exc}") from exc
+        raise ConfigError(
+            f"config file {path}: not valid YAML/JSON: {shorten(str(exc), 200)}"
+        ) from exc
+    except RecursionError as exc:
+        raise ConfigError(f"config file {path}: nested too deeply") from exc
     return parse_config(data, path)
 
 
@@ -498,7 +511,7 @@ def _check_keys(
     data: Mapping[str, Any], tree: Mapping[str, Any], path: str, at: tuple[str, ...]
 ) -> None:
     for key, value in data.items():
-        dotted = ".".join((*at, str(key)))
+        dotted = shorten(".".join((*at, str(key))), 120)
         if key not in tree:
             raise ConfigError(
                 f"config file {path}: {dotted}: unknown key (expected one of: {', '.join(tree)})"
@@ -521,7 +534,9 @@ def parse_sharing(data: Any, path: str) -> Sharing | None:
         raise ConfigError(f"{where}: expected a mapping")
     for key in data:
         if key not in ("timeSlicing", "mps"):
-            raise ConfigError(f"{where}.{key}: unknown key (expected timeSlicing or mps)")
+            raise ConfigError(
+                f"{where}.{shorten(str(key), 80)}: unknown key (expected timeSlicing or mps)"
+            )
     chosen = "mps" if data.get("mps") is not None else "timeSlicing"
     block = data.get(chosen)
     if block is None:
@@ -532,7 +547,9 @@ def parse_sharing(data: Any, path: str) -> Sharing | None:
     allowed = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
     for key in block:
         if key not in allowed:
-            raise ConfigError(f"{where}.{key}: unknown key (expected one of: {', '.join(allowed)})")
+            raise ConfigError(
+                f"{where}.{shorten(str(key), 80)}: unknown key (expected one of: {', '.join(allowed)})"
+            )
     rename_by_default = _config_bool(block, "renameByDefault", where)
     fail_gt_one = _config_bool(block, "failRequestsGreaterThanOne", where)
     resources_raw = block.get("resources")
@@ -562,7 +579,7 @@ def _parse_resource(item: Any, where: str) -> SharedResource:
     for key in item:
         if key not in ("name", "replicas", "rename", "devices"):
             raise ConfigError(
-                f"{where}.{key}: unknown key (expected name, replicas, rename, devices)"
+                f"{where}.{shorten(str(key), 80)}: unknown key (expected name, replicas, rename, devices)"
             )
     name = item.get("name")
     if not isinstance(name, str) or not name:
