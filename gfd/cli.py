@@ -493,8 +493,9 @@ def _reload(
     def refuse(exc: Exception, event: str, **fields: Any) -> None:
         known = isinstance(exc, GfdError)
         reason = shorten(str(exc) if known else f"internal error: {type(exc).__name__}: {exc}")
-        log.error(event, reason=reason, exc_info=None if known else exc, **fields)
+        # Counted before it is logged: whoever reads the log line finds /readyz saying so.
         endpoint.reload_failed(reason)
+        log.error(event, reason=reason, exc_info=None if known else exc, **fields)
 
     try:
         reloaded = resolve_settings(explicit, env)

@@ -23,6 +23,8 @@ DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
 MIG_STRATEGIES = ("none", "single", "mixed")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 CONFIG_VERSION = "v1"
+#: The reference's replicas are a Go int; more could not be a label value anyway.
+MAX_REPLICAS = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -293,7 +295,8 @@ _BOOL_WORDS = {
     "n": False,
     "off": False,
 }
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+# ASCII digits only, as Go's parser: "\d" would also take fullwidth or Arabic-Indic digits.
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 #: The longest duration Go can represent (int64 nanoseconds, about 292 years), which is
 #: also the reference's limit; longer ones overflow timers instead of meaning "forever".
@@ -359,7 +362,7 @@ def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float |
         return 0.0
     if text.startswith("-"):
         raise ConfigError(f"{where}: a duration must not be negative, got {echo(value)}")
-    if re.fullmatch(r"\d+(\.\d*)?|\.\d+", text):
+    if re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", text):
         hint = f"; write {text}s" if len(text) <= 20 else " (write a unit: ns, us, ms, s, m, h)"
         raise ConfigError(f"{where}: {echo(value)} has no unit{hint}")
     total = 0.0
@@ -588,7 +591,9 @@ def _parse_resource(item: Any, where: str) -> SharedResource:
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise ConfigError(f"{where}.replicas: expected an integer, got {echo(replicas)}")
     if replicas < 2:
-        raise ConfigError(f"{where}.replicas: must be at least 2, got {replicas}")
+        raise ConfigError(f"{where}.replicas: must be at least 2, got {echo(replicas)}")
+    if replicas > MAX_REPLICAS:
+        raise ConfigError(f"{where}.replicas: must be at most {MAX_REPLICAS}, got {echo(replicas)}")
     rename = item.get("rename")
     if rename is not None and not isinstance(rename, str):
         raise ConfigError(f"{where}.rename: expected a string")

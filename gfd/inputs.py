@@ -41,6 +41,8 @@ YAML_MAX_DEPTH = 64
 YAML_MAX_ALIASES = 100
 #: Nodes a document may stand for once its aliases are expanded.
 YAML_MAX_NODES = 1_000_000
+#: Digits of a plain integer scalar; Python refuses to convert more than 4,300.
+YAML_MAX_INTEGER_DIGITS = 4000
 
 
 class InputRejected(ValueError):
@@ -132,6 +134,16 @@ def check_yaml(text: str, *, max_depth: int = YAML_MAX_DEPTH) -> None:
                 nodes += 1
                 if event.anchor is not None:
                     sizes[event.anchor] = 1
+                value = event.value
+                if (
+                    len(value) > YAML_MAX_INTEGER_DIGITS
+                    and event.implicit[0]
+                    and value.lstrip("+-").replace("_", "").isdigit()
+                ):
+                    raise InputRejected(
+                        f"has an integer of {len(value)} digits (line {_line(event)}); "
+                        f"the most is {YAML_MAX_INTEGER_DIGITS}"
+                    )
             elif isinstance(event, yaml.CollectionStartEvent):
                 nodes += 1
                 depth += 1

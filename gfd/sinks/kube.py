@@ -551,8 +551,39 @@ def _kubeconfig_credentials(kubeconfig: str, context: str | None) -> _Credential
             raise ConfigError(
                 f"kubeconfig {kubeconfig}: malformed ({type(exc).__name__}: {shorten(str(exc), 120)})"
             ) from exc
+        problem = _connection_problem(configuration)
+        if problem is not None:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {problem}")
 
     return _Credentials(describe=f"kubeconfig {kubeconfig}", reload=reload)
+
+
+def _connection_problem(configuration: Any) -> str | None:
+    """What makes a loaded kubeconfig unusable before any request, or None.
+
+    The client's loader accepts a server that is no URL and certificate data that
+    is no certificate; every request would then fail and be retried until the
+    deadline. Both are configuration errors, said once, at start-up.
+    """
+    import ssl
+    from urllib.parse import urlsplit
+
+    host = str(configuration.host or "")
+    try:
+        split = urlsplit(host)
+        port = split.port
+    except ValueError:
+        split, port = None, None
+    if split is None or split.scheme not in ("http", "https") or not split.hostname:
+        return f"server {echo(host)} is not an http(s) URL with a host"
+    del port
+    ca = configuration.ssl_ca_cert
+    if ca:
+        try:
+            ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            return f"the cluster's certificate authority is not a usable PEM certificate ({shorten(str(exc), 120)})"
+    return None
 
 
 def _in_cluster_credentials(
