@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from gfd.errors import GfdError
+# Re-exported: the error belongs to the facts model; it is defined in gfd.errors so
+# that gfd.errors imports nothing of gfd (no import circle).
+from gfd.errors import FactsError as FactsError
 
 SCHEMA_VERSION = 1
 #: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
@@ -55,17 +57,6 @@ FabricState = Literal["not-supported", "not-started", "in-progress", "completed"
 
 BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 CPULIST_PATTERN = re.compile(r"^(\d+(-\d+)?(,\d+(-\d+)?)*)?$")
-
-
-class FactsError(GfdError, ValueError):
-    """A facts document is malformed; the message names the source, field and problem."""
-
-    def __init__(self, source: str, path: str, problem: str) -> None:
-        self.source = source
-        self.path = path
-        self.problem = problem
-        where = f"{source}: {path}" if path else source
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
