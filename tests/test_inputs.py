@@ -180,3 +180,35 @@ def test_a_broken_pipe_on_stdout_exits_quietly(command: list[str]) -> None:
     finally:
         os.close(write_end)
     assert done.stderr == "" and done.returncode == 1
+
+
+class _EndlessBody:
+    """A response body that never ends (a chunked answer with no Content-Length)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def read(self, amount: int) -> bytes:
+        return b"x" * amount
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Answer:
+    def __init__(self, body: _EndlessBody, headers: dict[str, str]) -> None:
+        self.response = body
+        self.headers = headers
+
+
+def test_an_endless_api_answer_is_cut_at_the_limit_and_its_connection_closed() -> None:
+    from gfd.errors import SinkError
+    from gfd.sinks.kube import MAX_RESPONSE_BYTES, _read_bounded_body
+
+    body = _EndlessBody()
+    with pytest.raises(SinkError, match=f"over gfd's limit of {MAX_RESPONSE_BYTES} bytes"):
+        _read_bounded_body(_Answer(body, {}), "GET", "/api/v1/nodes/n")
+    assert body.closed, "a connection with unread bytes must not go back to the pool"
+    announced = _Answer(_EndlessBody(), {"content-length": str(MAX_RESPONSE_BYTES + 1)})
+    with pytest.raises(SinkError, match="announced a"):
+        _read_bounded_body(announced, "GET", "/api/v1/nodes/n")

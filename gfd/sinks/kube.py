@@ -449,7 +449,7 @@ class KubeClient:
                 body=serialised,
                 _request_timeout=self.request_timeout,
             )
-            data = raw.read()
+            data = _read_bounded_body(raw, method, path)
         except ApiException as exc:
             # The client turns TLS failures into status-0 ApiExceptions.
             raise KubeApiPermanentError(method, path, None, str(exc.reason)) from exc
@@ -457,6 +457,33 @@ class KubeClient:
             raise _Transient(None, f"{type(exc).__name__}: {exc}") from exc
         headers = {name.lower(): value for name, value in raw.headers.items()}
         return KubeResponse(status=raw.status, body=data or b"", headers=headers)
+
+
+#: The most of one response body gfd reads. etcd stores objects of at most 1.5 MiB,
+#: so a Node or NodeFeature is far smaller; a larger answer is not an object of ours.
+MAX_RESPONSE_BYTES = 8 << 20
+
+
+def _read_bounded_body(raw: Any, method: str, path: str) -> bytes:
+    """The response body, at most :data:`MAX_RESPONSE_BYTES`; a larger one fails the request."""
+    declared = raw.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        raise SinkError(
+            f"{method} {path}: the API server announced a {declared}-byte answer, over "
+            f"gfd's limit of {MAX_RESPONSE_BYTES}"
+        )
+    response = getattr(raw, "response", None)
+    if response is None or not hasattr(response, "read"):
+        return bytes(raw.read() or b"")
+    data = bytes(response.read(MAX_RESPONSE_BYTES + 1) or b"")
+    if len(data) > MAX_RESPONSE_BYTES:
+        # Bytes remain unread: close the connection rather than hand it back to the pool.
+        response.close()
+        raise SinkError(
+            f"{method} {path}: the API server's answer is over gfd's limit of "
+            f"{MAX_RESPONSE_BYTES} bytes"
+        )
+    return data
 
 
 def connect_kubernetes(

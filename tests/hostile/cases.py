@@ -503,6 +503,8 @@ NODE = [
          line=NODE_LINE + "a malformed object: metadata.annotations is a string, not a map of strings"),
     node("huge-label-key", b'{"metadata": {"labels": {"' + HUGE.encode() + b'": 1}}}',
          line=NODE_LINE + "a malformed object: metadata.labels['" + "x" * 79 + "…] is a int, not a string"),
+    node("a-9-mib-answer", b'{"metadata": {"labels": {"a": "' + b"x" * (9 << 20) + b'"}}}',
+         line="gfd: error: node: GET /api/v1/nodes/gpu-node-1: the API server announced a 9437219-byte answer, over gfd's limit of 8388608"),
     node("resource-version-object", b'{"metadata": {"resourceVersion": {"v": 1}}}',
          line=NODE_LINE + "a malformed object: metadata.resourceVersion is an object, not a string"),
 ]  # fmt: skip
