@@ -11,7 +11,13 @@
 # private CA bundle, pass it as a BuildKit secret, never as a file in the image:
 #   DOCKER_BUILDKIT=1 docker build --secret id=pipcert,src="$PIP_CERT" -t gfd:TAG .
 
-ARG BASE_IMAGE=debian:bookworm-slim
+# The base is pinned to an exact Debian point release. A digest would pin it better, but
+# this Dockerfile must also build where no registry can be reached and the base is
+# made from Debian's packages (scripts/build-image.sh BOOTSTRAP_BASE=1): such an image
+# has no registry digest to name. So the default is the exact tag, and
+# scripts/build-image.sh, wherever it can pull the tag, resolves it and passes
+# BASE_IMAGE=<tag>@sha256:<digest>, which the image records in its base.name label.
+ARG BASE_IMAGE=debian:12.15-slim
 
 FROM ${BASE_IMAGE} AS build
 
@@ -31,18 +37,27 @@ WORKDIR /src
 COPY . /src
 
 # The secret is optional: the same Dockerfile builds where no CA bundle is needed.
+# Every file from the package index is checked against requirements/*.lock
+# (--require-hashes; make lock regenerates them): the build requirements first, then
+# gfd's wheel is built without build isolation (nothing more is fetched), then the
+# runtime dependencies and that wheel go into /opt/gfd.
 RUN --mount=type=secret,id=pipcert \
     if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
     && python3 -m venv /opt/build-venv \
-    && /opt/build-venv/bin/pip wheel --wheel-dir /wheels ".[kubernetes,metrics]" \
+    && /opt/build-venv/bin/pip install --require-hashes --no-deps -r requirements/build.lock \
+    && /opt/build-venv/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels . \
     && python3 -m venv --without-pip /opt/gfd \
-    && /opt/build-venv/bin/pip --python /opt/gfd/bin/python install --no-index \
-        --find-links /wheels "gfd[kubernetes,metrics]" \
-    && /opt/gfd/bin/python -I -c "import gfd.topology._builder, gfd.sim, gfd.metrics"
+    && /opt/build-venv/bin/pip --python /opt/gfd/bin/python install --require-hashes \
+        --no-deps -r requirements/image.lock \
+    && /opt/build-venv/bin/pip --python /opt/gfd/bin/python install --no-deps --no-index \
+        /wheels/gfd-*.whl \
+    && /opt/gfd/bin/python -I -c "import gfd.topology._builder, gfd.sim, gfd.metrics, kubernetes, prometheus_client"
 
 FROM ${BASE_IMAGE}
 
-LABEL org.opencontainers.image.title="gfd" \
+ARG BASE_IMAGE
+LABEL org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.title="gfd" \
       org.opencontainers.image.description="GPU feature discovery for Kubernetes: NVML facts, GFD-compatible node labels, GPU topology" \
       org.opencontainers.image.licenses="Apache-2.0"
 

@@ -7,12 +7,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.gfd-installed
 C_SOURCES := $(wildcard gfd/*/*.c gfd/*/*.h)
 
-.PHONY: demo test lint bench image clean
+.PHONY: demo test lint bench image lock clean
 
-$(STAMP): pyproject.toml setup.py $(C_SOURCES)
+# Every dependency comes from requirements/ci.lock, hash-checked (pip included); gfd
+# itself is then installed editable without build isolation, from the locked setuptools
+# and nvidia-nvml-dev, so nothing unhashed is fetched. make lock regenerates the locks.
+$(STAMP): pyproject.toml setup.py $(C_SOURCES) requirements/ci.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/ci.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -c "import gfd.topology._builder, gfd.sim; gfd.sim.library_path()"
 	touch $(STAMP)
 
@@ -39,6 +42,10 @@ bench: $(STAMP)
 # on a machine with no image registry: BOOTSTRAP_BASE=1 make image
 image:
 	scripts/build-image.sh
+
+# Re-resolve every lock file under requirements/ (image, build, CI) with hashes.
+lock: $(STAMP)
+	scripts/lock.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info gfd/*/*.so

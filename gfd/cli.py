@@ -152,6 +152,7 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
     if settings.simulate:
         from gfd.sim import simulate
 
+        check_facts_file(settings.simulate)
         with simulate(settings.simulate) as machine:
             yield NodeReader(
                 sysfs_root=machine.sysfs_root,
@@ -160,6 +161,44 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
             )
         return
     yield host_reader(settings)
+
+
+def check_facts_file(name_or_path: str) -> None:
+    """Refuse a ``--simulate`` facts file that is not a small regular file of sane YAML.
+
+    Bounded (:data:`gfd.inputs.FACTS_FILE_LIMIT`) and checked for depth and aliases
+    before the simulator loads it; a bundled profile name passes through.
+    """
+    from gfd.facts import FactsError
+    from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
+    from gfd.sim import BUNDLED_PROFILES
+
+    if name_or_path in BUNDLED_PROFILES or not os.path.lexists(name_or_path):
+        return
+    try:
+        check_yaml(read_bounded_text(name_or_path, FACTS_FILE_LIMIT))
+    except OSError as exc:
+        raise FactsError(name_or_path, "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FactsError(name_or_path, "", f"not UTF-8 text: {exc.reason}") from exc
+    except InputRejected as exc:
+        raise FactsError(name_or_path, "", str(exc)) from exc
+
+
+def check_machine_type_file(settings: Settings) -> None:
+    """Refuse a ``--machine-type-file`` that exists and is not a small regular file.
+
+    The reader reads it every cycle: ``/dev/zero`` or a FIFO there would make every
+    cycle read for ever. A missing file is fine (``gpu.machine=unknown``).
+    """
+    from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, check_regular_small_file
+
+    if settings.simulate:
+        return
+    try:
+        check_regular_small_file(settings.machine_type_file, SYSFS_ATTRIBUTE_LIMIT)
+    except InputRejected as exc:
+        raise ConfigError(f"--machine-type-file {settings.machine_type_file}: {exc}") from exc
 
 
 def host_reader(settings: Settings) -> NodeReader:
@@ -425,11 +464,13 @@ def command_run(
                 if settings.oneshot:
                     if outcome.ok or outcome.published_without_nvml:
                         return EXIT_OK
-                    print(f"gfd: error: {outcome.reason}", file=sys.stderr)
+                    print(error_line(outcome.reason), file=sys.stderr)
                     return EXIT_FAILED
                 if outcome.init_failure and settings.fail_on_init_error and not ever_succeeded:
                     print(
-                        f"gfd: error: {outcome.reason} (pass --fail-on-init-error=false to keep retrying)",
+                        error_line(
+                            f"{outcome.reason} (pass --fail-on-init-error=false to keep retrying)"
+                        ),
                         file=sys.stderr,
                     )
                     return EXIT_FAILED
@@ -491,11 +532,13 @@ def _reload(
     def refuse(exc: Exception, event: str, **fields: Any) -> None:
         known = isinstance(exc, GfdError)
         reason = shorten(str(exc) if known else f"internal error: {type(exc).__name__}: {exc}")
-        log.error(event, reason=reason, exc_info=None if known else exc, **fields)
+        # Counted before it is logged: whoever reads the log line finds /readyz saying so.
         endpoint.reload_failed(reason)
+        log.error(event, reason=reason, exc_info=None if known else exc, **fields)
 
     try:
         reloaded = resolve_settings(explicit, env)
+        check_machine_type_file(reloaded)
         built = factory.build(reloaded, stdout)
     except Exception as exc:
         refuse(exc, "config reload failed; keeping the running configuration")
@@ -545,13 +588,41 @@ def _restore_signal_handlers(previous: Mapping[int, Any]) -> None:
         signal.signal(signum, handler)
 
 
+#: The longest error line gfd prints; whatever a message echoes, it stays readable.
+ERROR_LINE_LIMIT = 1000
+
+
+def error_line(exc: BaseException | str) -> str:
+    """``gfd: error: <reason>`` on one line, however the reason was built."""
+    reason = " ".join(str(exc).splitlines())
+    return f"gfd: error: {shorten(reason, ERROR_LINE_LIMIT)}"
+
+
+def _quiet_broken_stdout(out: TextIO) -> None:
+    """After EPIPE, point stdout at /dev/null so the exit flush does not complain."""
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
     env: Mapping[str, str] | None = None,
     stdout: TextIO | None = None,
 ) -> int:
-    """Entry point of ``gfd`` and ``python -m gfd``."""
+    """Entry point of ``gfd`` and ``python -m gfd``.
+
+    Whatever goes wrong ends in one ``gfd: error:`` line on stderr, never a traceback
+    (an unexpected exception's traceback goes to the debug log). A reader of stdout
+    that goes away (``gfd labels | head -1``) ends gfd quietly, as Unix tools do.
+    """
     from gfd.logs import configure_logging, get_logger
 
     arguments = sys.argv[1:] if argv is None else argv
@@ -560,25 +631,57 @@ def main(
     try:
         namespace, explicit = parse_command_line(arguments)
         settings = resolve_settings(explicit, environment)
+        check_machine_type_file(settings)
     except (UsageError, ConfigError) as exc:
-        print(f"gfd: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     configure_logging(settings.log_level)
     log = get_logger()
     command = namespace.command or "run"
     try:
         if command == "labels":
-            return command_labels(settings, out, log)
-        if command == "facts":
-            return command_facts(settings, namespace.format, out)
-        if command == "topo":
-            return command_topo(settings, namespace.format, out)
-        return command_run(explicit, environment, settings, out, log)
+            code = command_labels(settings, out, log)
+        elif command == "facts":
+            code = command_facts(settings, namespace.format, out)
+        elif command == "topo":
+            code = command_topo(settings, namespace.format, out)
+        else:
+            code = command_run(explicit, environment, settings, out, log)
+        out.flush()
+        return code
+    except BrokenPipeError:
+        _quiet_broken_stdout(out)
+        return EXIT_FAILED
     except ConfigError as exc:
-        print(f"gfd: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     except GfdError as exc:
-        print(f"gfd: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_OK
+    except (RecursionError, MemoryError) as exc:
+        reason = f"input too large or too deeply nested ({type(exc).__name__})"
+        print(error_line(reason), file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:
+        log.debug("internal error", exc_info=exc)
+        print(
+            error_line(
+                f"internal error (a bug in gfd): {type(exc).__name__}: {exc}; "
+                "--log-level debug shows the traceback"
+            ),
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    finally:
+        _flush_quietly(out)
+
+
+def _flush_quietly(out: TextIO) -> None:
+    try:
+        out.flush()
+    except BrokenPipeError:
+        _quiet_broken_stdout(out)
+    except (OSError, ValueError):
+        pass

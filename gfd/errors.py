@@ -47,6 +47,22 @@ class ConfigError(GfdError):
     """A flag, environment variable or config file is invalid."""
 
 
+class FactsError(GfdError, ValueError):
+    """A facts document is malformed; the message names the source, field and problem.
+
+    Defined here rather than with the facts model (``gfd.facts`` re-exports it) so
+    that this module imports nothing of gfd's and :func:`error_kind` needs no import
+    inside a function to dodge a circle.
+    """
+
+    def __init__(self, source: str, path: str, problem: str) -> None:
+        self.source = source
+        self.path = path
+        self.problem = problem
+        where = f"{source}: {path}" if path else source
+        super().__init__(f"{where}: {problem}")
+
+
 class NvmlError(GfdError):
     """An NVML call failed. ``name`` is NVML's error name (e.g. ``NVML_ERROR_UNKNOWN``)."""
 
@@ -98,9 +114,6 @@ def error_kind(error: BaseException) -> str:
     Most specific class first; anything that is not a :class:`GfdError` is a bug
     in gfd and counts as ``internal``.
     """
-    # FactsError lives with the facts model; importing it here would be circular.
-    from gfd.facts import FactsError
-
     ordered: tuple[tuple[type[GfdError], str], ...] = (
         (NvmlNotReady, "nvml-not-ready"),
         (NvmlGpuLost, "nvml-gpu-lost"),

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from gfd.errors import GfdError
+# Re-exported: the error belongs to the facts model; it is defined in gfd.errors so
+# that gfd.errors imports nothing of gfd (no import circle).
+from gfd.errors import FactsError as FactsError
 
 SCHEMA_VERSION = 1
 #: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
@@ -93,17 +95,6 @@ P2PStatus = Literal[
 
 BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 CPULIST_PATTERN = re.compile(r"^(\d+(-\d+)?(,\d+(-\d+)?)*)?$")
-
-
-class FactsError(GfdError, ValueError):
-    """A facts document is malformed; the message names the source, field and problem."""
-
-    def __init__(self, source: str, path: str, problem: str) -> None:
-        self.source = source
-        self.path = path
-        self.problem = problem
-        where = f"{source}: {path}" if path else source
-        super().__init__(f"{where}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -324,16 +315,24 @@ def load_facts_text(text: str, source: str, extra_keys: frozenset[str] = frozens
     return facts_from_dict(data, source)
 
 
-def load_facts(path: str | Path, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
-    """Load a facts file (YAML or JSON)."""
+def read_facts_text(path: str | Path) -> str:
+    """The text of a facts (or profile) file, bounded to ``FACTS_FILE_LIMIT``; FactsError else."""
+    from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, read_bounded_text
+
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return read_bounded_text(path, FACTS_FILE_LIMIT)
     except OSError as exc:
         raise FactsError(source, "", f"cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise FactsError(source, "", f"not UTF-8 text: {exc.reason}") from exc
-    return load_facts_text(text, source, extra_keys)
+    except InputRejected as exc:
+        raise FactsError(source, "", str(exc)) from exc
+
+
+def load_facts(path: str | Path, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
+    """Load a facts file (YAML or JSON)."""
+    return load_facts_text(read_facts_text(path), str(path), extra_keys)
 
 
 def parse_document(text: str, source: str) -> Any:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gfd.agent import NullTelemetry
-from gfd.errors import ERROR_KINDS, ConfigError
+from gfd.errors import ERROR_KINDS, ConfigError, echo
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -341,17 +341,21 @@ def parse_listen_address(address: str) -> ListenAddress:
         host = host[1:-1]
     elif ":" in host:
         raise ConfigError(
-            f"--metrics-address {address!r}: write an IPv6 host in brackets, e.g. [::1]:8079"
+            f"--metrics-address {echo(address)}: write an IPv6 host in brackets, e.g. [::1]:8079"
         )
-    try:
-        port = int(port_text)
-    except ValueError:
+    # ASCII digits only: int() would also take fullwidth digits, "80_79" or " 80".
+    if not (port_text.isascii() and port_text.isdigit()):
         raise ConfigError(
-            f"--metrics-address {address!r}: port {port_text!r} is not a number "
+            f"--metrics-address {echo(address)}: port {echo(port_text)} is not a number "
             f"(expected HOST:PORT, e.g. {DEFAULT_METRICS_ADDRESS})"
-        ) from None
+        )
+    if len(port_text) > 5:
+        raise ConfigError(
+            f"--metrics-address {echo(address)}: port {echo(port_text)} is outside 0-65535"
+        )
+    port = int(port_text)
     if not 0 <= port <= 65535:
-        raise ConfigError(f"--metrics-address {address!r}: port {port} is outside 0-65535")
+        raise ConfigError(f"--metrics-address {echo(address)}: port {port} is outside 0-65535")
     return ListenAddress(host=host, port=port)
 
 
@@ -504,10 +508,12 @@ def serve(
                 )
             except OSError as error4:
                 raise ConfigError(
-                    f"--metrics-address {address!r}: cannot listen: {error4}"
+                    f"--metrics-address {echo(address)}: cannot listen: {error4}"
                 ) from None
         else:
-            raise ConfigError(f"--metrics-address {address!r}: cannot listen: {error}") from None
+            raise ConfigError(
+                f"--metrics-address {echo(address)}: cannot listen: {error}"
+            ) from None
     thread = threading.Thread(
         target=server.serve_forever,
         kwargs={"poll_interval": poll_interval},

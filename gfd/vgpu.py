@@ -20,6 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gfd.facts import VgpuInfo
+from gfd.inputs import (
+    PCI_CONFIG_LIMIT,
+    SYSFS_ATTRIBUTE_LIMIT,
+    InputRejected,
+    read_bounded,
+    read_bounded_text,
+)
 
 NVIDIA_VENDOR_ID = 0x10DE
 #: Bytes of standard PCI config space; a shorter read is a truncated (unprivileged) one.
@@ -125,9 +132,11 @@ def nvidia_display_functions(sysfs_root: Path) -> list[PciFunction]:
             continue
         path = entry / "config"
         try:
-            config = path.read_bytes()
+            config = read_bounded(path, PCI_CONFIG_LIMIT)
         except OSError as exc:
             raise UnreadableConfig(f"cannot read {path}: {exc.strerror or exc}") from exc
+        except InputRejected as exc:
+            raise UnreadableConfig(f"{path} {exc}") from exc
         if len(config) < CONFIG_SPACE_SIZE:
             raise UnreadableConfig(
                 f"{path} gave {len(config)} of {CONFIG_SPACE_SIZE} bytes "
@@ -139,7 +148,7 @@ def nvidia_display_functions(sysfs_root: Path) -> list[PciFunction]:
 
 def _read_hex(path: Path) -> int | None:
     try:
-        return int(path.read_text().strip(), 16)
+        return int(read_bounded_text(path, SYSFS_ATTRIBUTE_LIMIT).strip(), 16)
     except (OSError, ValueError):
         return None
 

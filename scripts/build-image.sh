@@ -4,7 +4,8 @@
 # Uses the Dockerfile at the repository root, unchanged, with BuildKit. Environment:
 #   DOCKER       container engine client (default: Debian's /usr/bin/docker when present,
 #                since another docker earlier on PATH may insist on the buildx plugin)
-#   BASE_IMAGE   base of both stages (default debian:bookworm-slim)
+#   BASE_IMAGE   base of both stages (default: the Dockerfile's ARG BASE_IMAGE, an exact
+#                Debian point-release tag; when it can be pulled it is pinned by digest)
 #   PIP_CERT     a CA bundle pip needs to reach the package index; passed as a BuildKit
 #                secret, never stored in the image
 #   BOOTSTRAP_BASE=1  when BASE_IMAGE is neither present nor pullable (no registry
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/.."
 
 version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' gfd/__init__.py)
 image=${1:-gfd:${version}}
-base=${BASE_IMAGE:-debian:bookworm-slim}
+dockerfile_base=$(sed -n 's/^ARG BASE_IMAGE=//p' Dockerfile)
+base=${BASE_IMAGE:-$dockerfile_base}
 
 if [[ -z ${DOCKER:-} ]]; then
     if [[ -x /usr/bin/docker ]]; then DOCKER=/usr/bin/docker; else DOCKER=$(command -v docker || true); fi
@@ -55,6 +57,15 @@ bootstrap_base() {
     debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >/dev/null
     # apt inside the image must not keep the build host's package lists.
     rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
+    # The tag names a point release (debian:12.15-slim): refuse to put that name on
+    # another one, which is what the mirror serves once Debian has moved on.
+    local wanted got
+    wanted=$(sed -n 's/^debian:\([0-9][0-9.]*\)-slim$/\1/p' <<<"$base")
+    got=$(cat "$rootfs/etc/debian_version")
+    if [[ -n $wanted && $got != "$wanted" ]]; then
+        echo "build-image: the mirror now serves Debian $got, not $wanted; update ARG BASE_IMAGE in the Dockerfile" >&2
+        exit 2
+    fi
     tar -C "$rootfs" -c . | "$DOCKER" import - "$base" >/dev/null
 }
 
@@ -70,7 +81,15 @@ if ! "$DOCKER" image inspect "$base" >/dev/null 2>&1; then
     fi
 fi
 
-build_args=(--build-arg "BASE_IMAGE=$base" --tag "$image")
+# Pin by digest whenever the base came from a registry: the build then names the exact
+# bytes it used. A base made here (bootstrapped or imported) has no registry digest.
+pinned=$base
+digest=$("$DOCKER" image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$base" 2>/dev/null | head -n 1 || true)
+if [[ $digest == *@sha256:* && $base != *@* ]]; then
+    pinned="$base@${digest#*@}"
+fi
+
+build_args=(--build-arg "BASE_IMAGE=$pinned" --tag "$image")
 if [[ -n ${PIP_CERT:-} && -s $PIP_CERT ]]; then
     build_args+=(--secret "id=pipcert,src=$PIP_CERT")
 fi
@@ -78,6 +97,6 @@ if [[ -n ${DOCKER_BUILD_NETWORK:-} ]]; then
     build_args+=(--network "$DOCKER_BUILD_NETWORK")
 fi
 
-echo "build-image: building $image on $base"
+echo "build-image: building $image on $pinned"
 DOCKER_BUILDKIT=1 "$DOCKER" build "${build_args[@]}" .
 echo "build-image: built $image"

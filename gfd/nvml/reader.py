@@ -50,6 +50,7 @@ from gfd.facts import (
     PciPair,
     cpulist_from_ids,
 )
+from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded, read_bounded_text
 from gfd.vgpu import read_vgpu
 
 DEFAULT_SYSFS_ROOT = Path("/sys")
@@ -697,9 +698,10 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
 
 
 def _read_sysfs_int(path: Path, base: int) -> int | None:
+    # Bounded: a tree that is not the kernel's (a FIFO, /dev/zero) must not hang a cycle.
     try:
-        return int(path.read_text().strip(), base)
-    except (OSError, ValueError):
+        return int(read_bounded_text(path, SYSFS_ATTRIBUTE_LIMIT).strip(), base)
+    except (OSError, ValueError):  # InputRejected and UnicodeDecodeError are ValueErrors
         return None
 
 
@@ -710,6 +712,6 @@ def _read_numa_node(path: Path) -> int | None:
 
 def _read_machine_type(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
+        return read_bounded(path, SYSFS_ATTRIBUTE_LIMIT).decode("utf-8", "replace").strip()
+    except (OSError, InputRejected):
         return None

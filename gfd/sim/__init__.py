@@ -33,7 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gfd.errors import GfdError
-from gfd.facts import FactsError, NodeFacts, facts_from_dict, facts_to_dict, parse_document
+from gfd.facts import (
+    NodeFacts,
+    facts_from_dict,
+    facts_to_dict,
+    parse_document,
+    read_facts_text,
+)
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch
 from gfd.sim.branch_library import BranchLibraries, hidden_in, write_without_exports
 from gfd.sim.faults import NO_FAULTS, CallError, Faults, GpuLost, check_faults, parse_faults
@@ -112,12 +118,7 @@ def load_profile(name_or_path: str) -> SimulationProfile:
     """Load a profile: a NodeFacts document plus an optional top-level ``faults:`` section."""
     path = profile_path(name_or_path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FactsError(source, "", f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise FactsError(source, "", f"not UTF-8 text: {exc.reason}") from exc
+    text = read_facts_text(path)
     # One YAML parse serves both parts (large profiles take tens of milliseconds to parse).
     document = parse_document(text, source)
     faults_data = None

@@ -312,8 +312,13 @@ class StdoutSink:
         if text == self._last:
             return False
         stream = self._stream if self._stream is not None else sys.stdout
-        stream.write(text)
-        stream.flush()
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError as exc:
+            raise SinkPermanentError("the reader of stdout went away (broken pipe)") from exc
+        except OSError as exc:
+            raise SinkError(f"stdout: write failed: {exc.strerror or exc}") from exc
         self._last = text
         return True
 

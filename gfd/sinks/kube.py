@@ -40,7 +40,14 @@ from urllib.parse import quote
 import structlog
 import tenacity
 
-from gfd.errors import ConfigError, SinkError, SinkPermanentError
+from gfd.errors import ConfigError, SinkError, SinkPermanentError, echo, shorten
+from gfd.inputs import (
+    KUBECONFIG_LIMIT,
+    TOKEN_FILE_LIMIT,
+    InputRejected,
+    check_yaml,
+    read_bounded_text,
+)
 
 log = structlog.get_logger("gfd.sinks.kube")
 
@@ -118,8 +125,66 @@ class KubeResponse:
     headers: Mapping[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
-        """The body parsed as JSON."""
-        return json.loads(self.body) if self.body else None
+        """The body parsed as JSON (``ValueError`` when it is not, or is nested absurdly deep)."""
+        try:
+            return json.loads(self.body) if self.body else None
+        except RecursionError as exc:
+            raise ValueError("JSON nested too deeply") from exc
+
+    def json_object(self, what: str) -> dict[str, Any]:
+        """The body as a Kubernetes object whose metadata has the shapes the API defines.
+
+        Raises :class:`SinkError` with one line naming ``what`` and the first thing that
+        is wrong: a proxy or a broken server that sends garbage fails one cycle, never
+        the agent.
+        """
+        try:
+            data = self.json()
+        except ValueError as exc:
+            raise SinkError(
+                f"{what}: API server sent invalid JSON: {shorten(str(exc), 120)}"
+            ) from exc
+        problem = object_shape_problem(data)
+        if problem is not None:
+            raise SinkError(f"{what}: API server sent a malformed object: {problem}")
+        assert isinstance(data, dict)
+        return data
+
+
+def _kind_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "null" if value is None else f"a {type(value).__name__}"
+    )
+
+
+def object_shape_problem(data: Any) -> str | None:
+    """What is wrong with the shape of an object's metadata, or None when nothing is."""
+    if not isinstance(data, dict):
+        return f"{_kind_name(data)}, not an object"
+    metadata = data.get("metadata")
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        return f"metadata is {_kind_name(metadata)}, not an object"
+    for field_name in ("labels", "annotations"):
+        value = metadata.get(field_name)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            return f"metadata.{field_name} is {_kind_name(value)}, not a map of strings"
+        for key, item in value.items():
+            if not isinstance(item, str):
+                return f"metadata.{field_name}[{echo(key)}] is {_kind_name(item)}, not a string"
+    for field_name in ("resourceVersion", "name", "uid"):
+        value = metadata.get(field_name)
+        if value is not None and not isinstance(value, str):
+            return f"metadata.{field_name} is {_kind_name(value)}, not a string"
+    owners = metadata.get("ownerReferences")
+    if owners is not None and (
+        not isinstance(owners, list) or not all(isinstance(o, dict) for o in owners)
+    ):
+        return "metadata.ownerReferences is not a list of objects"
+    return None
 
 
 class _Transient(Exception):
@@ -197,11 +262,14 @@ class _RotatingTokenFile:
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
             if not force and signature == self._signature:
                 return
-            token = self.path.read_text(encoding="utf-8").strip()
+            token = read_bounded_text(self.path, TOKEN_FILE_LIMIT).strip()
         except OSError as exc:
             raise ConfigError(
                 f"service account token {self.path}: cannot read: {exc.strerror or exc}"
             ) from exc
+        except (InputRejected, UnicodeDecodeError) as exc:
+            problem = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise ConfigError(f"service account token {self.path}: {problem}") from exc
         if not token:
             raise ConfigError(f"service account token {self.path}: file is empty")
         self.token = token
@@ -381,7 +449,7 @@ class KubeClient:
                 body=serialised,
                 _request_timeout=self.request_timeout,
             )
-            data = raw.read()
+            data = _read_bounded_body(raw, method, path)
         except ApiException as exc:
             # The client turns TLS failures into status-0 ApiExceptions.
             raise KubeApiPermanentError(method, path, None, str(exc.reason)) from exc
@@ -389,6 +457,33 @@ class KubeClient:
             raise _Transient(None, f"{type(exc).__name__}: {exc}") from exc
         headers = {name.lower(): value for name, value in raw.headers.items()}
         return KubeResponse(status=raw.status, body=data or b"", headers=headers)
+
+
+#: The most of one response body gfd reads. etcd stores objects of at most 1.5 MiB,
+#: so a Node or NodeFeature is far smaller; a larger answer is not an object of ours.
+MAX_RESPONSE_BYTES = 8 << 20
+
+
+def _read_bounded_body(raw: Any, method: str, path: str) -> bytes:
+    """The response body, at most :data:`MAX_RESPONSE_BYTES`; a larger one fails the request."""
+    declared = raw.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        raise SinkError(
+            f"{method} {path}: the API server announced a {declared}-byte answer, over "
+            f"gfd's limit of {MAX_RESPONSE_BYTES}"
+        )
+    response = getattr(raw, "response", None)
+    if response is None or not hasattr(response, "read"):
+        return bytes(raw.read() or b"")
+    data = bytes(response.read(MAX_RESPONSE_BYTES + 1) or b"")
+    if len(data) > MAX_RESPONSE_BYTES:
+        # Bytes remain unread: close the connection rather than hand it back to the pool.
+        response.close()
+        raise SinkError(
+            f"{method} {path}: the API server's answer is over gfd's limit of "
+            f"{MAX_RESPONSE_BYTES} bytes"
+        )
+    return data
 
 
 def connect_kubernetes(
@@ -444,6 +539,30 @@ def _kubeconfig_credentials(kubeconfig: str, context: str | None) -> _Credential
     load_kube_config: Callable[..., None] = k8s_config.load_kube_config
 
     def reload(configuration: Any) -> None:
+        import yaml
+
+        try:
+            # Bounded and checked here: the client's loader reads the whole file and
+            # builds any YAML it is given.
+            text = read_bounded_text(kubeconfig, KUBECONFIG_LIMIT)
+            check_yaml(text)
+            document = yaml.safe_load(text)
+        except OSError as exc:
+            raise ConfigError(
+                f"kubeconfig {kubeconfig}: cannot read: {exc.strerror or exc}"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: not UTF-8 text") from exc
+        except InputRejected as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {exc}") from exc
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: not valid YAML") from exc
+        if not isinstance(document, dict):
+            raise ConfigError(
+                f"kubeconfig {kubeconfig}: expected a kubeconfig mapping "
+                "(apiVersion, clusters, users, contexts), got "
+                f"{'nothing' if document is None else type(document).__name__}"
+            )
         try:
             load_kube_config(
                 config_file=kubeconfig,
@@ -452,9 +571,46 @@ def _kubeconfig_credentials(kubeconfig: str, context: str | None) -> _Credential
                 persist_config=False,
             )
         except (k8s_config.ConfigException, OSError, ValueError) as exc:
-            raise ConfigError(f"kubeconfig {kubeconfig}: {exc}") from exc
+            raise ConfigError(f"kubeconfig {kubeconfig}: {shorten(str(exc))}") from exc
+        except Exception as exc:
+            # The client's loader assumes a well-formed file: any other exception is a
+            # malformed one (a list where a mapping belongs, a missing field).
+            raise ConfigError(
+                f"kubeconfig {kubeconfig}: malformed ({type(exc).__name__}: {shorten(str(exc), 120)})"
+            ) from exc
+        problem = _connection_problem(configuration)
+        if problem is not None:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {problem}")
 
     return _Credentials(describe=f"kubeconfig {kubeconfig}", reload=reload)
+
+
+def _connection_problem(configuration: Any) -> str | None:
+    """What makes a loaded kubeconfig unusable before any request, or None.
+
+    The client's loader accepts a server that is no URL and certificate data that
+    is no certificate; every request would then fail and be retried until the
+    deadline. Both are configuration errors, said once, at start-up.
+    """
+    import ssl
+    from urllib.parse import urlsplit
+
+    host = str(configuration.host or "")
+    try:
+        split = urlsplit(host)
+        port = split.port
+    except ValueError:
+        split, port = None, None
+    if split is None or split.scheme not in ("http", "https") or not split.hostname:
+        return f"server {echo(host)} is not an http(s) URL with a host"
+    del port
+    ca = configuration.ssl_ca_cert
+    if ca:
+        try:
+            ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            return f"the cluster's certificate authority is not a usable PEM certificate ({shorten(str(exc), 120)})"
+    return None
 
 
 def _in_cluster_credentials(

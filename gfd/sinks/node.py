@@ -265,15 +265,7 @@ class NodeSink:
                     f"node {self.node_name!r} not found; check --node-name/NODE_NAME"
                 ) from exc
             raise
-        try:
-            node = response.json()
-        except ValueError as exc:
-            raise SinkError(f"node {self.node_name}: API server sent invalid JSON: {exc}") from exc
-        if not isinstance(node, dict):
-            raise SinkError(
-                f"node {self.node_name}: API server sent {type(node).__name__}, not an object"
-            )
-        return node
+        return response.json_object(f"node {self.node_name}")
 
     def _report_skipped(self, keys: Iterable[str]) -> None:
         fresh = sorted(set(keys) - self._reported_nfd_keys)

@@ -143,9 +143,7 @@ class NodeFeatureSink:
                 )
                 action = "created"
             else:
-                stored = response.json()
-                if not isinstance(stored, dict):
-                    raise SinkError(f"NodeFeature {self._where}: API server sent a non-object")
+                stored = response.json_object(f"NodeFeature {self._where}")
                 replacement = self._replacement(stored, spec, owners)
                 if replacement is None:
                     return False
@@ -233,10 +231,6 @@ class NodeFeatureSink:
                         "check POD_NAME and NAMESPACE (downward API)"
                     ) from exc
                 raise
-            pod = response.json()
-            if not isinstance(pod, dict):
-                raise SinkError(
-                    f"pod {self.namespace}/{self.pod_name}: API server sent a non-object"
-                )
+            pod = response.json_object(f"pod {self.namespace}/{self.pod_name}")
             self._owners = owner_references_from_pod(pod)
         return self._owners

@@ -1,0 +1,200 @@
+"""Configuration: flags, environment variables and the config file, merged into Settings.
+
+The package is split by what changes together: :mod:`gfd.config.options` (each
+setting's flag, environment variables and config key), :mod:`gfd.config.file` (the
+config file's schema and loader), :mod:`gfd.config.values` (duration and boolean
+parsers). This module owns :class:`Settings` and the precedence, as the reference
+has it (``reference/GFD-COMPAT.md``): an explicitly set flag or environment variable
+beats the config file, which beats the defaults; and the checks of how settings
+combine. Everything callers need is re-exported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gfd.config.file import (
+    CONFIG_VERSION,
+    MAX_REPLICAS,
+    ConfigFile,
+    SharedResource,
+    Sharing,
+    load_config_file,
+    parse_config,
+    parse_sharing,
+)
+from gfd.config.options import (
+    DEFAULT_MACHINE_TYPE_FILE,
+    DEFAULT_OUTPUT_FILE,
+    LOG_LEVELS,
+    MIG_STRATEGIES,
+    OPTIONS,
+    OPTIONS_BY_NAME,
+    Option,
+    convert,
+)
+from gfd.config.values import (
+    MAX_DURATION_SECONDS,
+    format_duration,
+    parse_bool,
+    parse_duration,
+)
+from gfd.errors import ConfigError
+
+#: The pod's own namespace, mounted with its ServiceAccount token.
+SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+__all__ = [
+    "CONFIG_VERSION",
+    "DEFAULT_MACHINE_TYPE_FILE",
+    "DEFAULT_OUTPUT_FILE",
+    "LOG_LEVELS",
+    "MAX_DURATION_SECONDS",
+    "MAX_REPLICAS",
+    "MIG_STRATEGIES",
+    "OPTIONS",
+    "OPTIONS_BY_NAME",
+    "ConfigError",
+    "ConfigFile",
+    "Option",
+    "Settings",
+    "SharedResource",
+    "Sharing",
+    "convert",
+    "format_duration",
+    "load_config_file",
+    "parse_bool",
+    "parse_config",
+    "parse_duration",
+    "parse_sharing",
+    "resolve_settings",
+    "settings_fields",
+]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the agent runs with, after precedence has been applied."""
+
+    mig_strategy: str = "none"
+    fail_on_init_error: bool = True
+    oneshot: bool = False
+    no_timestamp: bool = False
+    #: Seconds between cycles; None means ``infinite`` (label once, then idle).
+    sleep_interval: float | None = 60.0
+    #: Feature file path; "" or "-" prints to stdout.
+    output_file: str = DEFAULT_OUTPUT_FILE
+    no_output_file: bool = False
+    #: Print labels to stdout on change in addition to the other sinks.
+    print_labels: bool = False
+    #: Lifetime written as ``# +expiry-time=`` into the feature file; None: no directive.
+    output_file_expiry: float | None = None
+    machine_type_file: str = DEFAULT_MACHINE_TYPE_FILE
+    sysfs_root: str = "/sys"
+    config_file: str | None = None
+    use_node_feature_api: bool = False
+    patch_node: bool = False
+    timestamp_annotation: bool = False
+    kubeconfig: str | None = None
+    node_name: str | None = None
+    #: Of the NodeFeature object; None: unknown (not in a pod, and NAMESPACE unset).
+    namespace: str | None = None
+    pod_name: str | None = None
+    log_level: str = "info"
+    metrics_address: str = ""
+    simulate: str | None = None
+    sharing: Sharing | None = None
+
+
+def resolve_settings(
+    explicit: Mapping[str, Any],
+    env: Mapping[str, str],
+    *,
+    namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE,
+) -> Settings:
+    """Apply precedence: explicit flags, then environment, then the config file, then defaults.
+
+    ``explicit`` holds only the flags given on the command line, already converted. The
+    namespace is the pod's own unless ``--namespace`` is given: ``namespace_file`` (the
+    ServiceAccount's), then ``NAMESPACE``; never a guess such as ``default``, where the
+    namespaced RBAC of gfd's ServiceAccount would refuse every write.
+    """
+    chosen: dict[str, Any] = {}
+    for option in OPTIONS:
+        if option.name in explicit:
+            chosen[option.name] = explicit[option.name]
+            continue
+        if option.name == "namespace" and (own := _pod_namespace(namespace_file)):
+            chosen["namespace"] = own
+            continue
+        for variable in option.env:
+            raw = env.get(variable)
+            # An empty variable is unset, except an empty output file, which means stdout.
+            if raw is None or (raw == "" and option.name != "output_file"):
+                continue
+            chosen[option.name] = convert(
+                option, raw, f"environment variable {variable}", from_text=True
+            )
+            break
+    config_file = chosen.get("config_file")
+    sharing = None
+    if config_file:
+        loaded = load_config_file(config_file)
+        sharing = loaded.sharing
+        for name, value in loaded.values.items():
+            chosen.setdefault(name, value)
+    settings = Settings(**chosen, sharing=sharing)
+    _check_combination(settings)
+    return settings
+
+
+def _pod_namespace(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def _check_combination(settings: Settings) -> None:
+    _check_expiry(settings)
+    if settings.timestamp_annotation and not settings.patch_node:
+        raise ConfigError(
+            "--timestamp-annotation needs --patch-node (only the Node carries annotations)"
+        )
+    needs_node = settings.patch_node or settings.use_node_feature_api
+    if needs_node and not settings.node_name:
+        raise ConfigError(
+            "--patch-node and --use-node-feature-api need the node name: set --node-name or NODE_NAME"
+        )
+    if settings.use_node_feature_api and not settings.namespace:
+        raise ConfigError(
+            "--use-node-feature-api needs a namespace: not in a pod (no "
+            f"{SERVICE_ACCOUNT_NAMESPACE_FILE}) and NAMESPACE unset; set --namespace or NAMESPACE"
+        )
+
+
+def _check_expiry(settings: Settings) -> None:
+    """An expiry the loop cannot refresh in time makes NFD drop every GPU label."""
+    expiry = settings.output_file_expiry
+    if expiry is None or settings.oneshot or settings.no_output_file:
+        return
+    interval = settings.sleep_interval
+    if interval is None:
+        raise ConfigError(
+            f"--output-file-expiry {format_duration(expiry)} with --sleep-interval infinite: "
+            "the feature file would expire and never be refreshed; drop the expiry or set an interval"
+        )
+    if expiry < interval:
+        raise ConfigError(
+            f"--output-file-expiry {format_duration(expiry)} is shorter than --sleep-interval "
+            f"{format_duration(interval)}: the feature file would expire between cycles and NFD "
+            "would drop every GPU label; make the expiry at least the interval (several is better)"
+        )
+
+
+def settings_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(Settings))

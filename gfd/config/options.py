@@ -1,0 +1,241 @@
+"""The settings gfd has: each one's flag, environment variables, config-file key and kind.
+
+This module owns the configuration surface of ``reference/GFD-COMPAT.md`` and gfd's
+additions (:data:`OPTIONS`), and :func:`convert`, which turns a raw flag,
+environment or config-file value into the setting's type. A new setting is one
+:class:`Option` here and one field of :class:`gfd.config.Settings`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gfd.config.values import parse_bool, parse_duration
+from gfd.errors import ConfigError, echo
+
+DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+MIG_STRATEGIES = ("none", "single", "mixed")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its flag, environment variables, config-file path and parser."""
+
+    name: str
+    flag: str
+    env: tuple[str, ...]
+    config_path: tuple[str, ...] | None
+    kind: str  # bool | str | duration | optional-duration | choice
+    help: str
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "mig_strategy",
+        "--mig-strategy",
+        ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
+        ("flags", "migStrategy"),
+        "choice",
+        "how MIG devices are labelled",
+        MIG_STRATEGIES,
+    ),
+    Option(
+        "fail_on_init_error",
+        "--fail-on-init-error",
+        ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
+        ("flags", "failOnInitError"),
+        "bool",
+        "exit when NVML cannot be initialised (false: keep retrying with backoff)",
+    ),
+    Option(
+        "oneshot",
+        "--oneshot",
+        ("GFD_ONESHOT",),
+        ("flags", "gfd", "oneshot"),
+        "bool",
+        "label once and exit",
+    ),
+    Option(
+        "no_timestamp",
+        "--no-timestamp",
+        ("GFD_NO_TIMESTAMP",),
+        ("flags", "gfd", "noTimestamp"),
+        "bool",
+        "do not emit the gfd.timestamp label",
+    ),
+    Option(
+        "sleep_interval",
+        "--sleep-interval",
+        ("GFD_SLEEP_INTERVAL",),
+        ("flags", "gfd", "sleepInterval"),
+        "duration",
+        "time between labelling cycles (60s, 5m, or infinite)",
+        metavar="DURATION",
+    ),
+    Option(
+        "output_file",
+        "--output-file",
+        ("GFD_OUTPUT_FILE",),
+        ("flags", "gfd", "outputFile"),
+        "str",
+        "NFD feature file to write ('-' or empty: print to stdout)",
+        metavar="PATH",
+    ),
+    Option(
+        "no_output_file",
+        "--no-output-file",
+        ("GFD_NO_OUTPUT_FILE",),
+        ("flags", "gfd", "noOutputFile"),
+        "bool",
+        "write no feature file (use with --patch-node or --use-node-feature-api)",
+    ),
+    Option(
+        "print_labels",
+        "--print-labels",
+        ("GFD_PRINT_LABELS",),
+        ("flags", "gfd", "printLabels"),
+        "bool",
+        "also print the labels to stdout whenever they change, beside the other sinks",
+    ),
+    Option(
+        "output_file_expiry",
+        "--output-file-expiry",
+        ("GFD_OUTPUT_FILE_EXPIRY",),
+        ("flags", "gfd", "outputFileExpiry"),
+        "optional-duration",
+        "write '# +expiry-time=' this far ahead so NFD drops labels of a dead agent (0: off)",
+        metavar="DURATION",
+    ),
+    Option(
+        "machine_type_file",
+        "--machine-type-file",
+        ("GFD_MACHINE_TYPE_FILE",),
+        ("flags", "gfd", "machineTypeFile"),
+        "str",
+        "file holding the machine type",
+        metavar="PATH",
+    ),
+    Option(
+        "sysfs_root",
+        "--sysfs-root",
+        ("GFD_SYSFS_ROOT",),
+        ("flags", "gfd", "sysfsRoot"),
+        "str",
+        "where sysfs is mounted",
+        metavar="PATH",
+    ),
+    Option(
+        "use_node_feature_api",
+        "--use-node-feature-api",
+        ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"),
+        ("flags", "useNodeFeatureAPI"),
+        "bool",
+        "publish a NodeFeature object for NFD",
+    ),
+    Option(
+        "patch_node",
+        "--patch-node",
+        ("GFD_PATCH_NODE",),
+        ("flags", "gfd", "patchNode"),
+        "bool",
+        "label the Node object directly (clusters without NFD)",
+    ),
+    Option(
+        "timestamp_annotation",
+        "--timestamp-annotation",
+        ("GFD_TIMESTAMP_ANNOTATION",),
+        ("flags", "gfd", "timestampAnnotation"),
+        "bool",
+        "with --patch-node: put gfd.timestamp in a node annotation instead of a label",
+    ),
+    Option(
+        "kubeconfig",
+        "--kubeconfig",
+        ("KUBECONFIG",),
+        None,
+        "str",
+        "kubeconfig file (default: in-cluster configuration)",
+        metavar="PATH",
+    ),
+    Option("node_name", "--node-name", ("NODE_NAME",), None, "str", "this node's name"),
+    Option(
+        "namespace",
+        "--namespace",
+        ("NAMESPACE",),
+        None,
+        "str",
+        "namespace of the NodeFeature object (default: the pod's own)",
+    ),
+    Option(
+        "pod_name",
+        "--pod-name",
+        ("POD_NAME",),
+        None,
+        "str",
+        "this pod's name (owner reference of the NodeFeature object)",
+    ),
+    Option(
+        "log_level",
+        "--log-level",
+        ("GFD_LOG_LEVEL",),
+        ("flags", "gfd", "logLevel"),
+        "choice",
+        "log level",
+        LOG_LEVELS,
+    ),
+    Option(
+        "metrics_address",
+        "--metrics-address",
+        ("GFD_METRICS_ADDRESS",),
+        ("flags", "gfd", "metricsAddress"),
+        "str",
+        "serve /metrics, /healthz and /readyz on HOST:PORT, e.g. :8079 (empty: off)",
+        metavar="HOST:PORT",
+    ),
+    Option(
+        "config_file",
+        "--config-file",
+        ("GFD_CONFIG_FILE", "CONFIG_FILE"),
+        None,
+        "str",
+        "YAML or JSON config file (version: v1)",
+        metavar="PATH",
+    ),
+    Option(
+        "simulate",
+        "--simulate",
+        ("GFD_SIMULATE",),
+        None,
+        "str",
+        "use the built-in NVML simulator: a bundled profile name or a facts file",
+        metavar="PROFILE",
+    ),
+)
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
+    """Turn a raw flag/env string (``from_text``) or config-file value into the setting's type."""
+    if option.kind == "bool":
+        if from_text:
+            return parse_bool(str(raw), where)
+        if not isinstance(raw, bool):
+            raise ConfigError(f"{where}: expected true or false, got {echo(raw)}")
+        return raw
+    if option.kind in ("duration", "optional-duration"):
+        seconds = parse_duration(raw, where, from_text=from_text)
+        if option.kind == "optional-duration":
+            return seconds if seconds else None
+        if seconds == 0:
+            raise ConfigError(f"{where}: the interval must be positive (or 'infinite')")
+        return seconds
+    if not isinstance(raw, str):
+        raise ConfigError(f"{where}: expected a string, got {echo(raw)}")
+    if option.kind == "choice" and raw not in option.choices:
+        raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")
+    return raw

@@ -1,0 +1,117 @@
+"""Value parsers: the text forms of booleans and durations, as the reference reads them.
+
+This module owns what a duration is (Go's syntax: ``90s``, ``1h30m``, ``500ms``;
+``infinite``; integer nanoseconds in the config file, with the mistakes that form
+invites refused) and which words are booleans. Pure functions; errors are
+:class:`~gfd.errors.ConfigError` naming ``where`` the value came from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from gfd.errors import ConfigError, echo
+
+_BOOL_WORDS = {
+    "1": True,
+    "t": True,
+    "true": True,
+    "yes": True,
+    "y": True,
+    "on": True,
+    "0": False,
+    "f": False,
+    "false": False,
+    "no": False,
+    "n": False,
+    "off": False,
+}
+# ASCII digits only, as Go's parser: "\d" would also take fullwidth or Arabic-Indic digits.
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+#: The longest duration Go can represent (int64 nanoseconds, about 292 years), which is
+#: also the reference's limit; longer ones overflow timers instead of meaning "forever".
+MAX_DURATION_NANOSECONDS = 2**63 - 1
+MAX_DURATION_SECONDS = MAX_DURATION_NANOSECONDS / 1e9
+#: A config-file integer is nanoseconds (Go's JSON duration); one below a second is
+#: almost surely seconds written without a unit (``sleepInterval: 60``).
+MIN_PLAUSIBLE_NANOSECONDS = 1_000_000_000
+
+
+def parse_bool(text: str, where: str) -> bool:
+    """Go's strconv.ParseBool words, plus yes/no/on/off."""
+    try:
+        return _BOOL_WORDS[text.strip().lower()]
+    except KeyError:
+        raise ConfigError(f"{where}: {echo(text)} is not a boolean (use true or false)") from None
+
+
+def format_duration(seconds: float) -> str:
+    """Seconds as a short Go-style duration (``90s``, ``5m``, ``1h30m``, ``50ms``)."""
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    if whole != seconds:
+        return f"{seconds:g}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [
+        f"{hours}h" if hours else "",
+        f"{minutes}m" if minutes else "",
+        f"{secs}s" if secs else "",
+    ]
+    return "".join(parts)
+
+
+def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float | None:
+    """A Go duration (``90s``, ``1h30m``, ``500ms``) or ``infinite`` (None), in seconds.
+
+    ``from_text``: the value is a flag or environment variable, where Go's parser
+    rejects a number without a unit. Otherwise it comes from the config file, where
+    an integer is nanoseconds (Go's JSON duration), but one below a second is refused
+    as the likely mistake of writing seconds without a unit. ``0`` is zero everywhere.
+    """
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected a duration like '60s', got a boolean")
+    if isinstance(value, int) and not from_text:
+        if value < 0:
+            raise ConfigError(f"{where}: a duration must not be negative, got {echo(value)}ns")
+        if value > MAX_DURATION_NANOSECONDS:
+            raise ConfigError(f"{where}: {echo(value)}ns is too large (at most about 292 years)")
+        if 0 < value < MIN_PLAUSIBLE_NANOSECONDS:
+            raise ConfigError(
+                f"{where}: {value} is read as {value} nanoseconds (an integer here is "
+                f"nanoseconds); if you meant seconds, write '{value}s'"
+            )
+        return value / 1e9
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a duration like '60s', got {type(value).__name__}")
+    text = value.strip()
+    if text.lower() == "infinite":
+        return None
+    if text in ("0", "-0", "+0"):
+        return 0.0
+    if text.startswith("-"):
+        raise ConfigError(f"{where}: a duration must not be negative, got {echo(value)}")
+    if re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", text):
+        hint = f"; write {text}s" if len(text) <= 20 else " (write a unit: ns, us, ms, s, m, h)"
+        raise ConfigError(f"{where}: {echo(value)} has no unit{hint}")
+    total = 0.0
+    position = 0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        position = match.end()
+    if position != len(text) or not text:
+        raise ConfigError(
+            f"{where}: {echo(value)} is not a duration (examples: 60s, 5m, 1h30m, 500ms, infinite)"
+        )
+    if not math.isfinite(total) or total > MAX_DURATION_SECONDS:
+        raise ConfigError(
+            f"{where}: {echo(value)} is too large (at most about 292 years; "
+            "use 'infinite' for no repetition)"
+        )
+    return total
