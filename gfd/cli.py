@@ -22,8 +22,10 @@ from typing import Any, TextIO
 
 from gfd import __version__
 from gfd.config import OPTIONS, Settings, convert, resolve_settings
+from gfd.config_watch import ConfigFileWatch
 from gfd.errors import ConfigError, GfdError
 from gfd.facts import NodeFacts
+from gfd.process_title import name_process
 
 FactsReader = Callable[[], NodeFacts]
 
@@ -279,6 +281,7 @@ def command_run(
             )
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
+            config_watch = ConfigFileWatch(settings.config_file)
             while not control.stop.is_set():
                 outcome = agent.cycle()
                 ever_succeeded = ever_succeeded or outcome.ok
@@ -293,9 +296,12 @@ def command_run(
                         file=sys.stderr,
                     )
                     return EXIT_FAILED
-                control.sleep(pacer.next_delay(outcome.ok))
+                control.sleep(pacer.next_delay(outcome.ok), changed=config_watch.changed)
                 if control.reload_requested and not control.stop.is_set():
                     control.reload_requested = False
+                    # Taken before the file is read, so that a write during the reload
+                    # is seen at the next poll.
+                    config_watch = ConfigFileWatch(settings.config_file)
                     try:
                         reloaded = resolve_settings(explicit, env)
                     except GfdError as exc:
@@ -315,7 +321,11 @@ def command_run(
                         log=log,
                         telemetry=telemetry,
                     )
-                    log.info("configuration reloaded", config_file=settings.config_file)
+                    log.info(
+                        "configuration reloaded",
+                        config_file=settings.config_file,
+                        reason=control.reload_reason,
+                    )
             log.info("stopping", reason="signal")
             agent.close()
             return EXIT_OK
@@ -366,6 +376,9 @@ def main(
     """Entry point of ``gfd`` and ``python -m gfd``."""
     from gfd.logs import configure_logging, get_logger
 
+    if argv is None:
+        # Before anything else, so that config-manager can find the process at once.
+        name_process(sys.argv[0])
     arguments = sys.argv[1:] if argv is None else argv
     environment = os.environ if env is None else env
     out = stdout if stdout is not None else sys.stdout

@@ -17,7 +17,6 @@ from gfd.config import (
     resolve_settings,
 )
 
-
 #: Where no ServiceAccount namespace file is: the tests must not depend on running in a pod.
 NOT_IN_A_POD = str(Path(__file__).parent / "no-such-serviceaccount" / "namespace")
 
