@@ -72,9 +72,11 @@ RUN apt-get update \
 COPY --from=build /opt/gfd /opt/gfd
 
 # The reference's command path, so manifests and GPU operators that run
-# /usr/bin/gpu-feature-discovery work unchanged.
+# /usr/bin/gpu-feature-discovery work unchanged. Started by that name, gfd sets its
+# process title to it, so NVIDIA's config-manager can find and signal it
+# (docs/gpu-operator.md).
 RUN ln -s /opt/gfd/bin/gfd /usr/bin/gfd \
-    && ln -s /opt/gfd/bin/gfd /usr/bin/gpu-feature-discovery
+    && ln -s /opt/gfd/bin/gpu-feature-discovery /usr/bin/gpu-feature-discovery
 
 # NVIDIA_*: ask the NVIDIA container runtime for every GPU and only the "utility"
 # driver capability (NVML and nvidia-smi; no CUDA). PYTHONDONTWRITEBYTECODE: the

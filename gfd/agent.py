@@ -325,18 +325,46 @@ class LoopControl:
         self.stop = threading.Event()
         self.wake = threading.Event()
         self.reload_requested = False
+        #: Why the last reload was requested: "signal" (SIGHUP) or "config file changed".
+        self.reload_reason = ""
 
     def request_stop(self) -> None:
         self.stop.set()
         self.wake.set()
 
-    def request_reload(self) -> None:
+    def request_reload(self, reason: str = "signal") -> None:
         self.reload_requested = True
+        self.reload_reason = reason
         self.wake.set()
 
-    def sleep(self, seconds: float | None) -> None:
-        """Sleep until ``seconds`` pass (forever for None) or a stop/reload request."""
-        self.wake.wait(seconds)
+    def sleep(
+        self,
+        seconds: float | None,
+        *,
+        changed: Callable[[], bool] | None = None,
+        poll_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Sleep until ``seconds`` pass (forever for None) or a stop/reload request.
+
+        With ``changed``, it is asked every ``poll_seconds`` while sleeping; when it says
+        True (the config file changed), a reload is requested and the sleep ends.
+        """
+        deadline = None if seconds is None else clock() + seconds
+        while True:
+            remaining = None if deadline is None else deadline - clock()
+            if remaining is not None and remaining <= 0:
+                break
+            if changed is None:
+                self.wake.wait(remaining)
+                break
+            step = poll_seconds if remaining is None else min(remaining, poll_seconds)
+            if self.wake.wait(step):
+                break
+            if changed():
+                self.reload_requested = True
+                self.reload_reason = "config file changed"
+                break
         self.wake.clear()
         if self.stop.is_set():
             self.wake.set()

@@ -23,8 +23,10 @@ from typing import Any, TextIO
 
 from gfd import __version__
 from gfd.config import OPTIONS, Settings, convert, resolve_settings
+from gfd.config_watch import ConfigFileWatch
 from gfd.errors import ConfigError, GfdError, shorten
 from gfd.facts import NodeFacts
+from gfd.process_title import name_process
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -458,6 +460,7 @@ def command_run(
             agent = _agent_for(settings, built, reader_for(settings), log, endpoint)
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
+            config_watch = ConfigFileWatch(settings.config_file)
             while not control.stop.is_set():
                 outcome = agent.cycle()
                 ever_succeeded = ever_succeeded or outcome.ok
@@ -474,12 +477,16 @@ def command_run(
                         file=sys.stderr,
                     )
                     return EXIT_FAILED
-                control.sleep(pacer.next_delay(outcome.ok))
+                control.sleep(pacer.next_delay(outcome.ok), changed=config_watch.changed)
                 if control.reload_requested and not control.stop.is_set():
                     control.reload_requested = False
+                    # Taken before the file is read, so that a write during the reload
+                    # is seen at the next poll.
+                    config_watch = ConfigFileWatch(settings.config_file)
                     swapped = _reload(
-                        explicit, env, settings, agent, factory, endpoint, reader_for, stdout, log
-                    )
+                        explicit, env, settings, agent, factory, endpoint, reader_for, stdout, log,
+                        reason=control.reload_reason,
+                    )  # fmt: skip
                     if swapped is not None:
                         settings, agent = swapped
                         pacer.sleep_interval = settings.sleep_interval
@@ -519,6 +526,8 @@ def _reload(
     reader_for: Callable[[Settings], NodeReader],
     stdout: TextIO,
     log: Any,
+    *,
+    reason: str = "signal",
 ) -> tuple[Settings, Any] | None:
     """Apply a SIGHUP: the new settings and agent, or None with the running ones kept.
 
@@ -562,6 +571,7 @@ def _reload(
     endpoint.reloaded()
     log.info(
         "configuration reloaded",
+        reason=reason,
         config_file=reloaded.config_file,
         sleep_interval=reloaded.sleep_interval,
         metrics_address=reloaded.metrics_address,
@@ -625,6 +635,9 @@ def main(
     """
     from gfd.logs import configure_logging, get_logger
 
+    if argv is None:
+        # Before anything else, so that config-manager can find the process at once.
+        name_process(sys.argv[0])
     arguments = sys.argv[1:] if argv is None else argv
     environment = os.environ if env is None else env
     out = stdout if stdout is not None else sys.stdout

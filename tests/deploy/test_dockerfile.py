@@ -80,7 +80,10 @@ def test_two_stages_and_the_final_one_has_no_build_tools() -> None:
 def test_runtime_identity() -> None:
     final = stages()[-1]
     assert final[-2:] == ["USER 65532:65532", 'ENTRYPOINT ["gfd"]']
-    assert any("ln -s /opt/gfd/bin/gfd /usr/bin/gpu-feature-discovery" in step for step in final)
+    assert any(
+        "ln -s /opt/gfd/bin/gpu-feature-discovery /usr/bin/gpu-feature-discovery" in step
+        for step in final
+    )
     env = " ".join(step for step in final if step.startswith("ENV "))
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env
     assert "NVIDIA_VISIBLE_DEVICES=all" in env

@@ -31,7 +31,7 @@ from tests.emulator.patching import (
     merge_patch,
     strategic_merge_patch,
 )
-from tests.emulator.validation import Cause, validate_metadata
+from tests.emulator.validation import Cause, go_quote, validate_metadata
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -101,8 +101,13 @@ class Principal:
 
     user: str
     rules: frozenset[tuple[str, str]] = frozenset({("*", "*")})
+    #: As RBAC binds a Role: when set, the rules grant namespaced resources only in this
+    #: namespace (cluster-scoped ones, as a ClusterRole would, everywhere).
+    namespace: str | None = None
 
-    def allows(self, verb: str, resource: str) -> bool:
+    def allows(self, verb: str, resource: str, namespace: str = "") -> bool:
+        if namespace and self.namespace is not None and namespace != self.namespace:
+            return False
         return any(
             rule_verb in ("*", verb) and rule_resource in ("*", resource)
             for rule_verb, rule_resource in self.rules
@@ -643,13 +648,14 @@ class ApiServerEmulator:
             raise _ApiError(
                 405, "MethodNotAllowed", f"{method} is not supported on {resource.plural}"
             )
-        if not principal.allows(verb, resource.plural):
+        if not principal.allows(verb, resource.plural, namespace):
+            # Details as the real server gives them: no empty name or group.
+            details = {"name": name, "group": resource.group, "kind": resource.plural}
             raise _ApiError(
                 403,
                 "Forbidden",
                 _forbidden(principal, verb, resource, name, namespace),
-                name=name or "",
-                kind=resource.plural,
+                **{key: value for key, value in details.items() if value},
             )
         key = (resource.plural, namespace, name or "")
         with self._lock:
@@ -868,7 +874,7 @@ class ApiServerEmulator:
         causes: list[Cause] = validate_metadata(metadata)
         if causes:
             summary = ", ".join(
-                f"{c.field}: Invalid value: {c.value!r}: {c.message}" for c in causes
+                f"{c.field}: Invalid value: {go_quote(c.value)}: {c.message}" for c in causes
             )
             raise _ApiError(
                 422,
@@ -975,7 +981,10 @@ def seed_gfd_cluster(
 
     Returns the created objects by role (``node``, ``daemonset``, ``pod``).
     """
-    emulator.set_token(token, Principal(f"system:serviceaccount:{namespace}:gfd", frozenset(rules)))
+    emulator.set_token(
+        token,
+        Principal(f"system:serviceaccount:{namespace}:gfd", frozenset(rules), namespace=namespace),
+    )
     node = emulator.add_node(node_name, labels=node_labels, annotations=node_annotations)
     daemonset = emulator.add_daemonset(namespace, "gfd")
     pod = emulator.add_pod(namespace, pod_name, controller=daemonset)

@@ -9,6 +9,7 @@ Kubernetes ``Status``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +35,11 @@ VALUE_MESSAGE = (
 )
 
 
+def go_quote(value: object) -> str:
+    """A value as the API server's messages print it (Go's %q: double-quoted, escaped)."""
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
 @dataclass(frozen=True)
 class Cause:
     """One validation failure: the field path, the bad value and why."""
@@ -46,7 +52,7 @@ class Cause:
     def to_status_cause(self) -> dict[str, str]:
         return {
             "reason": self.reason,
-            "message": f"Invalid value: {self.value!r}: {self.message}",
+            "message": f"Invalid value: {go_quote(self.value)}: {self.message}",
             "field": self.field,
         }
 

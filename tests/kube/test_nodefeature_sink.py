@@ -10,7 +10,7 @@ import pytest
 
 from gfd.errors import SinkError, SinkPermanentError
 from gfd.sinks import Publication
-from gfd.sinks.kube import KubeClient, connect_kubernetes
+from gfd.sinks.kube import KubeApiPermanentError, KubeClient, connect_kubernetes
 from gfd.sinks.nodefeature import NODE_NAME_LABEL, NodeFeatureSink
 from tests.emulator import ApiServerEmulator, Fault, Principal
 from tests.kube.conftest import FAST_RETRIES, NAMESPACE, NODE, POD
@@ -183,3 +183,17 @@ def test_stop_during_backoff_interrupts(
     with pytest.raises(SinkError, match="interrupted"):
         sink_for(client, stop).publish(Publication(LABELS))
     assert len(emulator.requests) == 1
+
+
+def test_another_namespace_is_forbidden_as_by_a_namespaced_role(
+    client: KubeClient, cluster: dict[str, Any], stop: threading.Event
+) -> None:
+    # gfd's Role binds it in its own namespace only (as the real server enforces;
+    # tests/realkube/test_emulator_parity.py holds the emulator to it).
+    sink = NodeFeatureSink(
+        client=client, node_name=NODE, namespace="default", pod_name=None, stop=stop
+    )
+    with pytest.raises(KubeApiPermanentError) as refused:
+        sink.publish(Publication(labels={"nvidia.com/gpu.count": "8"}))
+    assert refused.value.status == 403
+    assert 'in the namespace "default"' in str(refused.value)

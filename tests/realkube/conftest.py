@@ -19,8 +19,9 @@ from tests.controlplane import ControlPlane, ControlPlaneError
 from tests.oracles import oracle_path
 from tests.realkube.cluster import GfdCluster, GfdPod, deploy_objects
 
-#: What the closing summary reports: the version of the server the suite ran against.
+#: What the closing summary reports: the server the suite ran against, and its cases.
 _served: dict[str, str] = {}
+_cases: dict[str, int] = {"passed": 0, "failed": 0, "skipped": 0}
 
 NFD_CRDS_ENV = "NFD_CRDS"
 
@@ -77,8 +78,18 @@ def garbage_collector(control_plane: ControlPlane) -> ControlPlane:
     return control_plane
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.nodeid.startswith("tests/realkube/"):
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        outcome = "failed" if report.failed else report.outcome
+        _cases[outcome] = _cases.get(outcome, 0) + 1
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
     if "version" in _served:
+        counts = ", ".join(f"{n} {what}" for what, n in _cases.items() if n)
         terminalreporter.write_line(
-            f"real-server suite (tests/realkube) ran against kube-apiserver {_served['version']}"
+            f"real-server suite (tests/realkube): {sum(_cases.values())} cases ({counts}) "
+            f"against kube-apiserver {_served['version']}"
         )

@@ -59,11 +59,13 @@ def test_apiserver_restart_and_etcd_pause(
         wait_until(labelled, "the first labels", agent)
 
         control_plane.kill_apiserver()
-        retries_before = len(agent.matching("kube_retry_wait"))
-        time.sleep(3)  # several cycles' worth of refused connections
-        assert agent.process.poll() is None, agent.tail()
-        assert len(agent.matching("kube_retry_wait")) > retries_before, agent.tail()
-        control_plane.start_apiserver()
+        try:
+            retries_before = len(agent.matching("kube_retry_wait"))
+            time.sleep(3)  # several cycles' worth of refused connections
+            assert agent.process.poll() is None, agent.tail()
+            assert len(agent.matching("kube_retry_wait")) > retries_before, agent.tail()
+        finally:
+            control_plane.start_apiserver()  # the rest of the session needs it
         assert labelled(), "labels lost across the API server's restart"
         remove_count()
         wait_until(labelled, "gfd to restore a label after the restart", agent)

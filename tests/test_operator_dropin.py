@@ -1,0 +1,129 @@
+"""What makes gfd a drop-in under the GPU Operator, without the operator: the process
+name NVIDIA's config-manager looks for, and noticing a changed config file unsignalled.
+(With config-manager itself and a real API server: tests/realkube/test_gpu_operator.py.)"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gfd.agent import LoopControl
+from gfd.config_watch import ConfigFileWatch
+from gfd.process_title import OPERATOR_COMMAND, name_process
+from tests.reliability.agent_process import AgentProcess, parse_label_lines
+
+ROOT = Path(__file__).resolve().parents[1]
+TIME_SLICING_2 = (
+    "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+    "      - name: nvidia.com/gpu\n        replicas: 2\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv0", "expected"),
+    [
+        ("/usr/bin/gpu-feature-discovery", True),
+        ("gpu-feature-discovery", True),
+        ("/opt/gfd/bin/gfd", False),
+        ("/usr/bin/python3", False),
+        ("gpu-feature-discovery.py", False),
+    ],
+)
+def test_the_title_is_set_only_under_the_operators_name(argv0: str, expected: bool) -> None:
+    titles: list[str] = []
+    assert name_process(argv0, set_title=titles.append) is expected
+    assert titles == ([OPERATOR_COMMAND] if expected else [])
+
+
+def argv_of(pid: int) -> list[str]:
+    raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    return [part.decode() for part in raw.split(b"\0") if part]
+
+
+@pytest.mark.slow
+def test_started_as_gpu_feature_discovery_argv0_is_that_name(tmp_path: Path) -> None:
+    """config-manager compares argv[0] of /proc/PID/cmdline exactly; a console script's
+    argv[0] is the interpreter unless gfd renames itself."""
+    command = shutil.which(OPERATOR_COMMAND, path=str(Path(sys.executable).parent))
+    assert command, f"{OPERATOR_COMMAND} is not installed beside {sys.executable}"
+    agent = subprocess.Popen(
+        [command, "--simulate", "t4-single", "--output-file", str(tmp_path / "gfd")],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "gfd").exists() and time.monotonic() < deadline:
+            assert agent.poll() is None
+            time.sleep(0.05)
+        assert argv_of(agent.pid)[0] == OPERATOR_COMMAND
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+def test_config_file_watch_sees_content_changes_only(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("version: v1\n")
+    watch = ConfigFileWatch(str(path))
+    assert not watch.changed()
+    path.write_text("version: v1\n")  # rewritten, same bytes
+    assert not watch.changed()
+    path.write_text(TIME_SLICING_2)
+    assert watch.changed()
+    assert not watch.changed()  # once per change
+    path.unlink()
+    assert watch.changed()
+    assert not ConfigFileWatch(None).changed()
+
+
+def test_sleep_ends_with_a_reload_when_the_file_changes() -> None:
+    control = LoopControl()
+    polls = iter([False, False, True])
+    started = time.monotonic()
+    control.sleep(30.0, changed=lambda: next(polls), poll_seconds=0.01)
+    assert time.monotonic() - started < 5
+    assert control.reload_requested and control.reload_reason == "config file changed"
+
+
+def test_sleep_without_changes_lasts_its_time_and_stops_at_once() -> None:
+    control = LoopControl()
+    started = time.monotonic()
+    control.sleep(0.2, changed=lambda: False, poll_seconds=0.05)
+    assert 0.2 <= time.monotonic() - started < 2
+    assert not control.reload_requested
+    threading.Timer(0.1, control.request_stop).start()
+    started = time.monotonic()
+    control.sleep(None, changed=lambda: False, poll_seconds=0.05)
+    assert time.monotonic() - started < 2 and control.stop.is_set()
+
+
+@pytest.mark.slow
+def test_a_rewritten_config_file_is_reloaded_without_a_signal(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\n")
+    output = tmp_path / "gfd"
+
+    def replicas() -> str | None:
+        try:
+            return parse_label_lines(output.read_text()).get("nvidia.com/gpu.replicas")
+        except OSError:
+            return None
+
+    with AgentProcess(
+        "--simulate", "t4-single", "--sleep-interval", "60s", "--no-timestamp",
+        "--config-file", str(config), "--output-file", str(output), metrics=False,
+    ) as agent:  # fmt: skip
+        agent.wait_for(lambda: replicas() == "1", "the first labels")
+        config.write_text(TIME_SLICING_2)
+        agent.wait_for(lambda: replicas() == "2", "the labels of the rewritten config", 10)
+        reloaded = agent.wait_for_event("configuration reloaded")
+        assert reloaded[-1]["reason"] == "config file changed"
