@@ -2,7 +2,8 @@
 
 Product names with non-ASCII letters, parentheses, the longest name NVML can report, only
 punctuation; long names with every MIG profile suffix of the A100 40GB and the H200;
-driver versions of 1, 2, 3 and 4 parts; zero GPUs, one GPU, two models. Each case runs
+driver versions of 1, 2, 3 and 4 parts; zero GPUs, one GPU, two models; a vGPU guest
+and bare metal read with privileges. Each case runs
 both programs on the same simulated machine and is judged like the differential suite
 (``tests/conformance/differences.py``). Besides, each case states what the reference does
 with it, and the test checks that statement: where the reference emits a label Kubernetes
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.facts import Gpu, NodeFacts
+from gfd.facts import Gpu, NodeFacts, VgpuInfo
 from tests.conformance.differences import TALLY, compare, invalid_labels
 from tests.conformance.reference import Machine, Pair, Run, machine_for, reference_binary, run_pairs
 from tests.conformance.test_differential import sharing_config
@@ -90,6 +91,11 @@ MACHINES: dict[str, Callable[[], NodeFacts]] = {
     "driver-4-parts": lambda: one_gpu("NVIDIA L4", driver_version="550.54.15.1"),
     "driver-1-part": lambda: one_gpu("NVIDIA L4", driver_version="550"),
     "zero-gpus": lambda: make_facts([]),
+    # Privileged reads (full config space): a vGPU guest, and bare metal.
+    "vgpu-guest": lambda: make_facts(
+        vgpu=VgpuInfo(present=True, host_driver_version="460.16", host_driver_branch="r460_00")
+    ),
+    "vgpu-bare-metal": lambda: make_facts(vgpu=VgpuInfo(present=False)),
     "one-gpu": lambda: one_gpu("NVIDIA H100 80GB HBM3"),
     "two-models-tied": lambda: make_facts(
         [make_gpu(0, name="NVIDIA L4"), _bus(make_gpu(1, name="NVIDIA H100 PCIe"), 1)]
@@ -155,6 +161,8 @@ CASES = [
     CorpusCase("driver-1-part", tags=NOT_XYZ, reference_refuses=True),
     CorpusCase("zero-gpus"),
     CorpusCase("zero-gpus", "mixed", shared=True),
+    CorpusCase("vgpu-guest"),
+    CorpusCase("vgpu-bare-metal"),
     CorpusCase("one-gpu"),
     CorpusCase("one-gpu", "single", shared=True),
     CorpusCase("two-models-tied", tags=MIXED),
