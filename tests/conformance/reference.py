@@ -203,3 +203,24 @@ def run_pairs(
 
 def _bind(function: Callable[..., Outcome], *args: object) -> Callable[[], Outcome]:
     return lambda: function(*args)
+
+
+#: Resources every sharing config shares: full GPUs, and one MIG profile of each bundled
+#: MIG machine (A100 40GB, and H200 with media extensions), so ``mixed`` shares some
+#: profiles and not others.
+SHARED_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-1g.5gb", "nvidia.com/mig-1g.18gb.me")
+
+
+def sharing_config(strategy: str, replicas: int, *, rename_by_default: bool = False) -> str:
+    """A config file (``version: v1``) sharing :data:`SHARED_RESOURCES` with ``strategy``."""
+    resources = "".join(
+        f"    - name: {name}\n      replicas: {replicas}\n" for name in SHARED_RESOURCES
+    )
+    return (
+        "version: v1\n"
+        "sharing:\n"
+        f"  {strategy}:\n"
+        f"    renameByDefault: {'true' if rename_by_default else 'false'}\n"
+        "    resources:\n"
+        f"{resources}"
+    )

@@ -26,8 +26,15 @@ import pytest
 
 from gfd.facts import Gpu, NodeFacts, VgpuInfo
 from tests.conformance.differences import TALLY, compare, invalid_labels
-from tests.conformance.reference import Machine, Pair, Run, machine_for, reference_binary, run_pairs
-from tests.conformance.test_differential import sharing_config
+from tests.conformance.reference import (
+    Machine,
+    Pair,
+    Run,
+    machine_for,
+    reference_binary,
+    run_pairs,
+    sharing_config,
+)
 from tests.factories import make_facts, make_gpu
 from tests.mig_factories import A100_SHAPES, H200_SHAPES, a100, h200, mig
 
