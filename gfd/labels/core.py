@@ -2,7 +2,8 @@
 
 Each labeler is a pure function from facts (and options) to a label map with
 the reference's keys and values (``reference/GFD-COMPAT.md``). Values built from
-free text go through :func:`gfd.labels.rules.sanitise_value`.
+free text go through :func:`gfd.labels.rules.sanitise_value`, products through
+:func:`gfd.labels.rules.product_value`.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def driver_version_problem(version: str | None) -> str | None:
 def driver_version_labels(facts: NodeFacts) -> dict[str, str]:
     """``cuda.driver-version.*`` and the deprecated ``cuda.driver.*`` twins.
 
-    None for a version that is not ``X.Y[.Z]`` (see :func:`withheld_driver_labels`): the
-    reference then fails the whole node, gfd leaves out only these labels.
+    Nothing for a version that is not ``X.Y[.Z]`` (see :func:`withheld_driver_labels`):
+    the reference then fails the whole node, gfd leaves out only these labels.
     """
     if not facts.driver_version or driver_version_problem(facts.driver_version) is not None:
         return {}

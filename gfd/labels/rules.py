@@ -2,7 +2,8 @@
 
 This module owns what a valid label is (apimachinery's rules, see
 ``reference/NFD-AND-K8S.md``) and how free text from the hardware (product
-names, DMI strings) becomes a label value. Everything that leaves the labels
+names, DMI strings) becomes a label value; a product value keeps its
+``-MIG-<profile>`` / ``-SHARED`` suffix within 63 characters. Everything that leaves the labels
 layer has passed :func:`is_valid_key` and :func:`is_valid_value`.
 """
 
