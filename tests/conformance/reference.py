@@ -70,7 +70,8 @@ class Outcome:
     def describe(self) -> str:
         if self.labelled:
             return f"{len(self.labels or {})} labels"
-        return f"exit {self.returncode}: {self.stderr.strip().splitlines()[-1:] or ''}"
+        last = self.stderr.strip().splitlines()[-1:]
+        return f"exit {self.returncode}: {last[0] if last else 'no output'}"
 
 
 @dataclass(frozen=True)
