@@ -248,10 +248,10 @@ def test_reference_sanitiser_matches_reference_examples() -> None:
     assert reference_sanitise("NVIDIA H100 80GB HBM3") == "NVIDIA-H100-80GB-HBM3"
 
 
-def test_product_that_cannot_be_made_valid_is_dropped_not_emitted() -> None:
+def test_product_that_sanitises_to_nothing_gets_the_fallback() -> None:
     label_set = build_labels(make_facts([make_gpu(0, name="(((")]), LabelOptions())
-    # An empty value is valid for Kubernetes, so the label stays, empty; nothing invalid leaks.
-    assert label_set.labels[f"{P}gpu.product"] == ""
+    # Never an empty product (tests/test_labels_edge_names.py has the whole table).
+    assert label_set.labels[f"{P}gpu.product"] == "unknown"
 
 
 @given(st.text(max_size=300))

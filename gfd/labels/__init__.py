@@ -121,4 +121,5 @@ def build_labels(
     ]
     parts.extend(labeler(facts) for labeler in extra)
     label_set = validated(merge(parts))
-    return replace(label_set, withheld=withheld_vgpu_labels(facts))
+    withheld = core.withheld_driver_labels(facts) + withheld_vgpu_labels(facts)
+    return replace(label_set, withheld=withheld)

@@ -2,7 +2,8 @@
 
 Each labeler is a pure function from facts (and options) to a label map with
 the reference's keys and values (``reference/GFD-COMPAT.md``). Values built from
-free text go through :func:`gfd.labels.rules.sanitise_value`.
+free text go through :func:`gfd.labels.rules.sanitise_value`, products through
+:func:`gfd.labels.rules.product_value`.
 """
 
 from __future__ import annotations
@@ -32,13 +33,45 @@ def timestamp_labels(timestamp: int | None) -> dict[str, str]:
     return {} if timestamp is None else {TIMESTAMP_KEY: str(timestamp)}
 
 
+#: The driver version forms the reference accepts: ``X.Y`` or ``X.Y.Z``.
+DRIVER_VERSION_PARTS = (2, 3)
+DRIVER_VERSION_KEYS = tuple(
+    f"{PREFIX}{key}"
+    for key in (
+        "cuda.driver-version.major",
+        "cuda.driver-version.minor",
+        "cuda.driver-version.revision",
+        "cuda.driver-version.full",
+        "cuda.driver.major",
+        "cuda.driver.minor",
+        "cuda.driver.rev",
+    )
+)
+
+
+def driver_version_problem(version: str | None) -> str | None:
+    """Why ``version`` cannot be split into major, minor and revision, or None when it can.
+
+    As the reference: only ``X.Y`` and ``X.Y.Z`` split (``550.54.15.1`` would lose its
+    fourth part in ``revision``; ``550`` has no minor).
+    """
+    if not version:
+        return None
+    if len(version.split(".")) not in DRIVER_VERSION_PARTS:
+        return f"driver version {version!r} does not match the format X.Y[.Z]"
+    return None
+
+
 def driver_version_labels(facts: NodeFacts) -> dict[str, str]:
-    """``cuda.driver-version.*`` and the deprecated ``cuda.driver.*`` twins."""
-    if not facts.driver_version:
+    """``cuda.driver-version.*`` and the deprecated ``cuda.driver.*`` twins.
+
+    Nothing for a version that is not ``X.Y[.Z]`` (see :func:`withheld_driver_labels`):
+    the reference then fails the whole node, gfd leaves out only these labels.
+    """
+    if not facts.driver_version or driver_version_problem(facts.driver_version) is not None:
         return {}
     parts = facts.driver_version.split(".")
-    major = parts[0]
-    minor = parts[1] if len(parts) > 1 else ""
+    major, minor = parts[0], parts[1]
     revision = parts[2] if len(parts) > 2 else ""
     return {
         f"{PREFIX}cuda.driver-version.major": major,
@@ -49,6 +82,12 @@ def driver_version_labels(facts: NodeFacts) -> dict[str, str]:
         f"{PREFIX}cuda.driver.minor": minor,
         f"{PREFIX}cuda.driver.rev": revision,
     }
+
+
+def withheld_driver_labels(facts: NodeFacts) -> tuple[tuple[str, str], ...]:
+    """The driver version labels left out, with why, when the version is not ``X.Y[.Z]``."""
+    problem = driver_version_problem(facts.driver_version) if facts.gpus else None
+    return () if problem is None else tuple((key, problem) for key in DRIVER_VERSION_KEYS)
 
 
 def cuda_runtime_labels(facts: NodeFacts) -> dict[str, str]:
@@ -121,7 +160,7 @@ def full_gpu_labels(gpus: Sequence[Gpu], sharing: Sharing | None = None) -> dict
     first = gpus[0]
     replication = full_gpu_replication(gpus, sharing)
     labels = {
-        f"{PREFIX}gpu.product": replication.product(sanitise_value(first.name)),
+        f"{PREFIX}gpu.product": replication.product(first.name),
         f"{PREFIX}gpu.count": str(len(gpus)),
         f"{PREFIX}gpu.replicas": str(replication.replicas),
         f"{PREFIX}gpu.sharing-strategy": replication.strategy,

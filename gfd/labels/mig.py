@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from gfd.config import Sharing
 from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
-from gfd.labels.rules import sanitise_value
+from gfd.labels.rules import product_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for
 
 MIG_STRATEGY_KEY = "nvidia.com/mig.strategy"
@@ -112,9 +112,8 @@ def mig_resource_labels(
 ) -> dict[str, str]:
     """The ``<resource>.*`` labels of one MIG profile: product, count, sharing, attributes."""
     first = group.devices[0]
-    product = f"{sanitise_value(group.model)}-MIG-{group.profile}"
     values = {
-        "product": replication.product(product),
+        "product": replication.product(group.model, "MIG", group.profile),
         "count": str(len(group.devices)),
         "replicas": str(replication.replicas),
         "sharing-strategy": replication.strategy,
@@ -148,7 +147,7 @@ def single_strategy_problem(gpus: Sequence[Gpu], groups: Sequence[MigProfileGrou
 def invalid_single_labels(model: str) -> dict[str, str]:
     """What the reference publishes for a layout the single strategy cannot describe."""
     return {
-        f"{FULL_GPU_RESOURCE}.product": f"{sanitise_value(model)}-MIG-INVALID",
+        f"{FULL_GPU_RESOURCE}.product": product_value(model, ("MIG", "INVALID")),
         f"{FULL_GPU_RESOURCE}.count": "0",
         f"{FULL_GPU_RESOURCE}.replicas": "0",
         f"{FULL_GPU_RESOURCE}.sharing-strategy": "",

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from gfd.facts import NodeFacts
 from gfd.labels.core import models_by_count
-from gfd.labels.rules import sanitise_value
+from gfd.labels.rules import MAX_NAME_LENGTH, product_value
 
 HETEROGENEOUS_KEY = "nvidia.com/gpu.heterogeneous"
 MODEL_COUNT_PREFIX = "nvidia.com/gpu.count."
+MODEL_COUNT_NAME_ROOM = MAX_NAME_LENGTH - len(MODEL_COUNT_PREFIX.partition("/")[2])
 
 
 def model_labels(facts: NodeFacts) -> dict[str, str]:
@@ -25,7 +26,8 @@ def model_labels(facts: NodeFacts) -> dict[str, str]:
         return {}
     labels = {HETEROGENEOUS_KEY: "true"}
     for group in groups:
-        product = sanitise_value(group[0].name)
+        # The key's name part (after the prefix's '/') has 63 characters at most.
+        product = product_value(group[0].name, max_length=MODEL_COUNT_NAME_ROOM)
         key = f"{MODEL_COUNT_PREFIX}{product}"
         # Two names that sanitise alike (they differ only in dropped characters) add up.
         labels[key] = str(int(labels.get(key, "0")) + len(group))

@@ -2,13 +2,15 @@
 
 This module owns what a valid label is (apimachinery's rules, see
 ``reference/NFD-AND-K8S.md``) and how free text from the hardware (product
-names, DMI strings) becomes a label value. Everything that leaves the labels
+names, DMI strings) becomes a label value; a product value keeps its
+``-MIG-<profile>`` / ``-SHARED`` suffix within 63 characters. Everything that leaves the labels
 layer has passed :func:`is_valid_key` and :func:`is_valid_value`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 MAX_VALUE_LENGTH = 63
 MAX_NAME_LENGTH = 63
@@ -20,6 +22,8 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 # The reference keeps only these characters before splitting on white space.
 _REFERENCE_DROPPED = re.compile(r"[^A-Za-z0-9\-_. ]")
 _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+#: The product of a GPU whose name sanitises to nothing (only punctuation, or non-ASCII).
+FALLBACK_PRODUCT = "unknown"
 
 
 def key_problem(key: str) -> str | None:
@@ -79,3 +83,23 @@ def sanitise_value(text: str) -> str:
     if len(value) > MAX_VALUE_LENGTH:
         value = _EDGE.sub("", value[:MAX_VALUE_LENGTH])
     return value
+
+
+def product_value(
+    name: str, suffixes: Sequence[str] = (), *, max_length: int = MAX_VALUE_LENGTH
+) -> str:
+    """``<model>[-<suffix>...]``: a valid product value of at most ``max_length`` characters.
+
+    The model is ``name`` sanitised (:func:`sanitise_value`), or :data:`FALLBACK_PRODUCT`
+    when nothing is left of it. The suffixes (``MIG``, ``1g.10gb``, ``SHARED``, all valid
+    inside a value) carry the meaning a selector depends on, so when the whole would be
+    too long the model part is cut instead: to the characters that leave room for
+    ``-<suffixes>``, then trimmed to an alphanumeric end. The same name and suffixes always
+    give the same value.
+    """
+    model = sanitise_value(name) or FALLBACK_PRODUCT
+    tail = "".join(f"-{suffix}" for suffix in suffixes)
+    room = max_length - len(tail)
+    if len(model) > room:
+        model = _EDGE.sub("", model[: max(room, 1)])
+    return model + tail

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from gfd.config import Sharing
 from gfd.errors import ConfigError
 from gfd.facts import NodeFacts
+from gfd.labels.rules import product_value
 
 FULL_GPU_RESOURCE = "nvidia.com/gpu"
 MPS_CAPABLE_KEY = "nvidia.com/mps.capable"
@@ -36,9 +37,14 @@ class Replication:
     #: Append ``-SHARED`` to the product.
     shared_suffix: bool = False
 
-    def product(self, name: str) -> str:
-        """The product label value for an already sanitised ``name``."""
-        return f"{name}-{SHARED_SUFFIX}" if self.shared_suffix and name else name
+    def product(self, model: str, *parts: str) -> str:
+        """The product label value: the NVML ``model`` name, then ``parts``, then ``-SHARED``.
+
+        Always a valid value (:func:`gfd.labels.rules.product_value`): a long model is
+        shortened so that the suffixes survive.
+        """
+        suffixes = (*parts, SHARED_SUFFIX) if self.shared_suffix else parts
+        return product_value(model, suffixes)
 
 
 #: A resource that is not shared: one consumer per device.
