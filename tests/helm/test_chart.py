@@ -79,7 +79,10 @@ def test_renders_what_the_kustomize_overlay_renders(helm: Helm, overlay: str) ->
     kustomized = by_identity([o for o in render(overlay) if o["kind"] != "Namespace"])
     assert sorted(chart) == sorted(kustomized)
     for key, obj in kustomized.items():
-        assert chart[key] == obj, f"{overlay}: {key} differs between the chart and deploy/"
+        assert chart[key] == obj, (
+            f"{overlay}: {key} differs between the chart and deploy/ (for a policy: "
+            "python -m tests.helm.chart_policies)"
+        )
 
 
 def test_the_comparison_sees_a_changed_policy(helm: Helm) -> None:
@@ -106,6 +109,18 @@ def test_each_mig_strategy(helm: Helm, strategy: str) -> None:
 def test_no_mig_strategy_by_default(helm: Helm) -> None:
     # null, as in the reference chart: gfd's own default applies.
     assert not [a for a in args_of(workload(helm.template({}))) if "mig" in a]
+
+
+def test_reference_nulls_leave_gfds_defaults(helm: Helm) -> None:
+    # The reference chart's values file writes null for "gfd's default"; in Helm a null
+    # removes the value, and the flag must then be left out, not rendered empty.
+    nulls = {
+        "migStrategy": None,
+        "failOnInitError": None,
+        "gfd": {"sleepInterval": None, "noTimestamp": None, "logLevel": None},
+    }
+    args = args_of(workload(helm.template(nulls)))
+    assert args == ["--metrics-address=:8079", "--patch-node", "--no-output-file"]
 
 
 def test_sharing_config_map_is_mounted_and_read(helm: Helm) -> None:
