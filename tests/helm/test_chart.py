@@ -262,6 +262,11 @@ def test_schema_accepts_good_intervals(helm: Helm, interval: str) -> None:
     assert f"--sleep-interval={interval}" in args_of(daemonset)
 
 
+def test_usable_as_a_dependency_with_global_values(helm: Helm) -> None:
+    # A parent chart hands its subcharts `global`; the strict schema must let it through.
+    assert find(helm.template({"global": {"imageRegistry": "example"}}), "DaemonSet")
+
+
 def test_template_refuses_contradictions(helm: Helm) -> None:
     for values, message in (
         ({"config": {"name": "x", "map": {"a": "b"}}}, "not both"),

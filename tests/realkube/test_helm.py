@@ -4,12 +4,13 @@ Every object of every configuration in the matrix passes a server-side dry run (
 validation, admission included). One release is installed per scenario, in a namespace of
 its own, on the suite's shared control plane: gfd then runs with the chart's own
 ServiceAccount and a token bound to a Pod of the chart's DaemonSet, and labels its node and
-nothing else; an upgrade that changes ``gfd.sleepInterval`` changes the DaemonSet; an
+nothing else (or, with the NodeFeature sink, writes only its node's NodeFeature); an upgrade that changes ``gfd.sleepInterval`` changes the DaemonSet; an
 uninstall leaves none of the objects the chart created.
 """
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 import uuid
@@ -170,15 +171,13 @@ class BoundPod:
     token: str
 
 
-@pytest.fixture
-def chart_pod(
-    control_plane: ControlPlane, labelling: Release, tmp_path: Path
-) -> Iterator[BoundPod]:
+@contextlib.contextmanager
+def bound_pod(control_plane: ControlPlane, release: Release, workdir: Path) -> Iterator[BoundPod]:
     """A Pod of the release's DaemonSet on a fresh node, as the DaemonSet would make it
     (its ServiceAccount, its owner), and a TokenRequest token bound to it."""
     admin = control_plane.admin
-    daemonset = labelling.one("DaemonSet")
-    namespace = labelling.namespace
+    daemonset = release.one("DaemonSet")
+    namespace = release.namespace
     account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
     live = admin.get(path_of(daemonset))
     node = make_node(control_plane, "helm-gpu-node")
@@ -229,11 +228,40 @@ def chart_pod(
     )
     token = str(review["status"]["token"])
     kubeconfig = write_kubeconfig(
-        tmp_path / "gfd.kubeconfig", control_plane.url, control_plane.pki.ca_cert,
+        workdir / f"{name}.kubeconfig", control_plane.url, control_plane.pki.ca_cert,
         user={"token": token},
     )  # fmt: skip
-    yield BoundPod(name, node, kubeconfig, token)
-    admin.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    try:
+        yield BoundPod(name, node, kubeconfig, token)
+    finally:
+        admin.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+@pytest.fixture
+def chart_pod(
+    control_plane: ControlPlane, labelling: Release, tmp_path: Path
+) -> Iterator[BoundPod]:
+    with bound_pod(control_plane, labelling, tmp_path) as pod:
+        yield pod
+
+
+def run_as_the_daemonset(release: Release, pod: BoundPod) -> None:
+    """gfd once on a simulated DGX H100, with the DaemonSet's own arguments as the chart
+    rendered them, as ``pod`` with its token (no metrics port: it is a one-shot)."""
+    args = [a for a in args_of(release.one("DaemonSet")) if not a.startswith("--metrics-address")]
+    done = subprocess.run(
+        gfd_command(*args, "--oneshot", "--simulate", "dgx-h100",
+                    "--kubeconfig", str(pod.kubeconfig)),
+        env=environment({"NODE_NAME": pod.node, "POD_NAME": pod.name,
+                         "NAMESPACE": release.namespace}),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def service_account_user(release: Release) -> str:
+    account = release.one("DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    return f"system:serviceaccount:{release.namespace}:{account}"
 
 
 def wait_until_policy_refuses(plane: ControlPlane, pod: BoundPod, other: str) -> None:
@@ -270,19 +298,8 @@ def test_gfd_with_the_charts_service_account_labels_its_node_and_nothing_else(
     other_before = admin.get(f"/api/v1/nodes/{other}")["metadata"]
     mark = control_plane.audit.mark()
 
-    # The DaemonSet's own arguments, as the chart rendered them, plus what makes this a
-    # process on a simulated machine outside a pod (no metrics port: it is a one-shot).
-    daemonset = labelling.one("DaemonSet")
-    args = [a for a in args_of(daemonset) if not a.startswith("--metrics-address")]
-    assert "--patch-node" in args
-    done = subprocess.run(
-        gfd_command(*args, "--oneshot", "--simulate", "dgx-h100",
-                    "--kubeconfig", str(chart_pod.kubeconfig)),
-        env=environment({"NODE_NAME": chart_pod.node, "POD_NAME": chart_pod.name,
-                         "NAMESPACE": labelling.namespace}),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert "--patch-node" in args_of(labelling.one("DaemonSet"))
+    run_as_the_daemonset(labelling, chart_pod)
 
     after = admin.get(f"/api/v1/nodes/{chart_pod.node}")["metadata"]
     expected = expected_labels("dgx-h100")
@@ -299,16 +316,67 @@ def test_gfd_with_the_charts_service_account_labels_its_node_and_nothing_else(
         other_before["labels"], other_before["annotations"]
     )  # fmt: skip
 
-    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
-    user = f"system:serviceaccount:{labelling.namespace}:{account}"
     requests = [
         (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("name"))
-        for e in control_plane.audit.events(mark, user=user)
+        for e in control_plane.audit.events(mark, user=service_account_user(labelling))
     ]
     assert requests, "gfd sent no request as the chart's ServiceAccount"
     assert set(requests) <= {
         ("get", "nodes", chart_pod.node), ("patch", "nodes", chart_pod.node)
     }  # fmt: skip
+
+
+def test_node_feature_release_publishes_only_its_nodes_object(
+    control_plane: ControlPlane, helm: Helm, tmp_path: Path
+) -> None:
+    release = install(helm, "gfd-helm-nodefeature", MATRIX["node-feature-api"])
+    admin = control_plane.admin
+    features = f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{release.namespace}/nodefeatures"
+    try:
+        with bound_pod(control_plane, release, tmp_path) as pod:
+            node_before = admin.get(f"/api/v1/nodes/{pod.node}")["metadata"]
+            # Until the chart's policy is in force: another node's object is refused.
+            other = make_node(control_plane, "helm-other-node")
+            foreign = {
+                "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+                "kind": "NodeFeature",
+                "metadata": {
+                    "name": f"nvidia-features-for-{other}",
+                    "labels": {"nfd.node.kubernetes.io/node-name": other},
+                },
+                "spec": {"labels": {}},
+            }
+            deadline = time.monotonic() + 30
+            while True:
+                status, body = control_plane.request_with_token(
+                    pod.token, "POST", features, foreign, content_type="application/json"
+                )
+                if status == 403:
+                    break
+                assert status == 201, body
+                admin.delete(f"{features}/nvidia-features-for-{other}")
+                assert time.monotonic() < deadline, "the NodeFeature policy was never enforced"
+                time.sleep(0.2)
+            mark = control_plane.audit.mark()
+
+            run_as_the_daemonset(release, pod)
+
+            listed = admin.get(features)["items"]
+            assert [o["metadata"]["name"] for o in listed] == [f"nvidia-features-for-{pod.node}"]
+            feature = listed[0]
+            assert feature["spec"]["labels"] == expected_labels("dgx-h100")
+            assert feature["metadata"]["labels"]["nfd.node.kubernetes.io/node-name"] == pod.node
+            assert any(o["kind"] == "Pod" and o["name"] == pod.name
+                       for o in feature["metadata"]["ownerReferences"])  # fmt: skip
+            node_after = admin.get(f"/api/v1/nodes/{pod.node}")["metadata"]
+            assert node_after["labels"] == node_before["labels"]
+            resources = {
+                e["objectRef"].get("resource")
+                for e in control_plane.audit.events(mark, user=service_account_user(release))
+            }
+            assert resources and resources <= {"nodefeatures", "pods"}
+    finally:
+        helm.check("uninstall", release.name, "--namespace", release.namespace)
 
 
 def test_install_notes_say_how_to_see_the_labels(labelling: Release) -> None:
