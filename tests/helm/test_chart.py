@@ -1,0 +1,289 @@
+"""The chart in deploy/helm/gfd, judged by the real Helm CLI: it lints strictly, renders
+for every configuration of the matrix into objects that pass the Kubernetes schemas of every
+supported version, refuses bad values by name, and renders exactly what the kustomize
+overlay of the same name renders (the one-source-of-truth check)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+import gfd
+from tests.deploy.manifests import SUPPORTED_KUBERNETES, args_of, find, one, pod_spec, render
+from tests.helm.chart import (
+    CHART_DIR,
+    FOREIGN_KINDS,
+    MATRIX,
+    OVERLAY_VALUES,
+    Helm,
+    by_identity,
+    make_helm,
+    strip_helm_labels,
+)
+
+pytestmark = pytest.mark.oracle("helm")
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return make_helm(tmp_path_factory.mktemp("helm-home"))
+
+
+def workload(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(objects, "DaemonSet")
+
+
+def test_lint_strict(helm: Helm) -> None:
+    out = helm.check("lint", "--strict", str(CHART_DIR))
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_lint_strict_with_each_configuration(helm: Helm, case: str) -> None:
+    # Lint renders the templates too: with --strict a missing value in any branch fails.
+    helm.check("lint", "--strict", str(CHART_DIR), values=MATRIX[case])
+
+
+#: The oldest and newest supported Kubernetes: each configuration is validated against both
+#: (the four that deploy/ also renders are, through the equivalence below, held to every
+#: version by tests/deploy).
+SCHEMA_VERSIONS = (SUPPORTED_KUBERNETES[0], SUPPORTED_KUBERNETES[-1])
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_object_passes_the_schema(helm: Helm, case: str) -> None:
+    objects = helm.template(MATRIX[case])
+    assert find(objects, "DaemonSet"), case
+    for obj in objects:
+        if obj["kind"] in FOREIGN_KINDS:
+            continue
+        for version in SCHEMA_VERSIONS:
+            where = f"{case}: {obj['kind']}/{obj['metadata']['name']} on Kubernetes {version}"
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                pytest.fail(f"{where}: {error.message} at {'.'.join(map(str, error.path))}")
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAY_VALUES))
+def test_renders_what_the_kustomize_overlay_renders(helm: Helm, overlay: str) -> None:
+    # The chart and deploy/ are two renderings of one set of objects. Release "gfd" in
+    # the overlays' namespace must give the same objects, field for field, apart from
+    # Helm's own release labels; the overlay's Namespace is the one object the chart
+    # leaves to `helm install --create-namespace`.
+    chart = by_identity([strip_helm_labels(o) for o in helm.template(OVERLAY_VALUES[overlay])])
+    kustomized = by_identity([o for o in render(overlay) if o["kind"] != "Namespace"])
+    assert sorted(chart) == sorted(kustomized)
+    for key, obj in kustomized.items():
+        assert chart[key] == obj, (
+            f"{overlay}: {key} differs between the chart and deploy/ (for a policy: "
+            "python -m tests.helm.chart_policies)"
+        )
+
+
+def test_the_comparison_sees_a_changed_policy(helm: Helm) -> None:
+    # The negative control of the test above: one changed word in a policy is a difference.
+    chart = by_identity([strip_helm_labels(o) for o in helm.template({})])
+    kustomized = by_identity([o for o in render("standalone") if o["kind"] != "Namespace"])
+    key = ("ValidatingAdmissionPolicy", None, "gfd-node-labeler")
+    kustomized[key]["spec"]["validations"][0]["expression"] += " || true"
+    assert chart[key] != kustomized[key]
+
+
+def test_mixed_mig_strategy_reaches_gfd(helm: Helm) -> None:
+    daemonset = workload(helm.template({"migStrategy": "mixed"}))
+    assert "--mig-strategy=mixed" in args_of(daemonset)
+    assert pod_spec(daemonset)["containers"][0]["image"] == f"gfd:{gfd.__version__}"
+
+
+@pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
+def test_each_mig_strategy(helm: Helm, strategy: str) -> None:
+    args = args_of(workload(helm.template(MATRIX[f"mig-{strategy}"])))
+    assert [a for a in args if a.startswith("--mig-strategy")] == [f"--mig-strategy={strategy}"]
+
+
+def test_no_mig_strategy_by_default(helm: Helm) -> None:
+    # null, as in the reference chart: gfd's own default applies.
+    assert not [a for a in args_of(workload(helm.template({}))) if "mig" in a]
+
+
+def test_reference_nulls_leave_gfds_defaults(helm: Helm) -> None:
+    # The reference chart's values file writes null for "gfd's default"; in Helm a null
+    # removes the value, and the flag must then be left out, not rendered empty.
+    nulls = {
+        "migStrategy": None,
+        "failOnInitError": None,
+        "gfd": {"sleepInterval": None, "noTimestamp": None, "logLevel": None},
+    }
+    args = args_of(workload(helm.template(nulls)))
+    assert args == ["--metrics-address=:8079", "--patch-node", "--no-output-file"]
+
+
+def test_sharing_config_map_is_mounted_and_read(helm: Helm) -> None:
+    objects = helm.template(MATRIX["sharing-config-map"])
+    config_map = one(objects, "ConfigMap")
+    assert yaml.safe_load(config_map["data"]["time-slicing"])["sharing"]["timeSlicing"]
+    daemonset = workload(objects)
+    assert "--config-file=/etc/gfd/config/time-slicing" in args_of(daemonset)
+    volumes = {v["name"]: v for v in pod_spec(daemonset)["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    annotations = daemonset["spec"]["template"]["metadata"]["annotations"]
+    changed = workload(helm.template({"config": {"map": {"time-slicing": sharing_with(8)}}}))[
+        "spec"
+    ]["template"]["metadata"]["annotations"]
+    assert annotations["checksum/config"] != changed["checksum/config"]
+
+
+def sharing_with(replicas: int) -> str:
+    return MATRIX["sharing-config-map"]["config"]["map"]["time-slicing"].replace(
+        "replicas: 4", f"replicas: {replicas}"
+    )
+
+
+def test_config_fallback_strategies(helm: Helm) -> None:
+    two = {"a": "version: v1\n", "default": "version: v1\n"}
+    # named: the key "default"; single: the only key; neither: a message naming the value.
+    assert "--config-file=/etc/gfd/config/default" in args_of(
+        workload(helm.template({"config": {"map": two}}))
+    )
+    only = {"config": {"map": {"a": "version: v1\n"}, "fallbackStrategies": ["single"]}}
+    assert "--config-file=/etc/gfd/config/a" in args_of(workload(helm.template(only)))
+    empty = {"config": {"map": {"a": "version: v1\n", "b": "version: v1\n"},
+                        "fallbackStrategies": ["single", "empty"]}}  # fmt: skip
+    assert not [a for a in args_of(workload(helm.template(empty))) if "config" in a]
+    refused = helm.run(
+        "template", "gfd", str(CHART_DIR),
+        values={"config": {"map": {"a": "one", "b": "two"}, "fallbackStrategies": ["single"]}},
+    )  # fmt: skip
+    assert refused.returncode != 0 and "config.default" in refused.stderr
+
+
+def test_scheduling_values_reach_the_pod(helm: Helm) -> None:
+    spec = pod_spec(workload(helm.template(MATRIX["scheduling"])))
+    assert spec["nodeSelector"] == {"gpu-pool": "training"}
+    assert spec["tolerations"] == MATRIX["scheduling"]["tolerations"]
+    assert "priorityClassName" not in spec
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["imagePullSecrets"] == [{"name": "registry-login"}]
+
+
+def test_vgpu_privilege_is_an_opt_in(helm: Helm) -> None:
+    plain = pod_spec(workload(helm.template({})))
+    assert "add" not in plain["containers"][0]["securityContext"]["capabilities"]
+    assert plain["securityContext"]["runAsNonRoot"] is True
+    vgpu = pod_spec(workload(helm.template({"vgpu": {"enabled": True}})))
+    assert vgpu["containers"][0]["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN"]
+    assert vgpu["containers"][0]["securityContext"]["privileged"] is False
+
+
+def test_sinks_get_exactly_their_rbac(helm: Helm) -> None:
+    kinds = {
+        case: sorted(o["kind"] for o in helm.template(MATRIX[case]))
+        for case in ("standalone", "nfd", "node-feature-api", "no-admission-policies")
+    }
+    assert kinds["nfd"] == ["DaemonSet", "ServiceAccount"]
+    assert "ClusterRole" not in kinds["node-feature-api"]
+    assert "ValidatingAdmissionPolicy" not in kinds["no-admission-policies"]
+    assert "ClusterRole" in kinds["no-admission-policies"]
+    no_api = pod_spec(workload(helm.template(MATRIX["nfd"])))
+    assert no_api["automountServiceAccountToken"] is False
+
+
+def test_update_strategy(helm: Helm) -> None:
+    default = workload(helm.template({}))["spec"]["updateStrategy"]
+    assert default == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}
+    # OnDelete takes no rollingUpdate (the API server refuses one), even merged from the defaults.
+    assert workload(helm.template(MATRIX["on-delete"]))["spec"]["updateStrategy"] == {
+        "type": "OnDelete"
+    }
+
+
+def test_service_monitor(helm: Helm) -> None:
+    objects = helm.template(MATRIX["service-monitor"])
+    monitor = one(objects, "ServiceMonitor")
+    service = one(objects, "Service")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert service["spec"]["selector"] == workload(objects)["spec"]["selector"]["matchLabels"]
+    assert not find(helm.template({}), "ServiceMonitor")
+
+
+def test_metrics_off_removes_the_probes(helm: Helm) -> None:
+    container = pod_spec(workload(helm.template(MATRIX["no-metrics"])))["containers"][0]
+    assert "livenessProbe" not in container and "ports" not in container
+    assert not [a for a in container["args"] if a.startswith("--metrics-address")]
+
+
+def test_release_names_and_namespace_reach_the_policy_text(helm: Helm) -> None:
+    objects = helm.template(MATRIX["all-sinks"], release="gpu-labels", namespace="gpu-ops")
+    user = "'system:serviceaccount:gpu-ops:gpu-labels-gfd'"
+    policies = find(objects, "ValidatingAdmissionPolicy")
+    assert len(policies) == 2
+    for policy in policies:
+        assert user in policy["spec"]["matchConditions"][0]["expression"]
+    for binding in find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding"):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "gpu-labels-gfd", "namespace": "gpu-ops"}
+        ]
+
+
+# ------------------------------------------------------------------ the values schema
+
+REFUSED = [
+    ({"gfd": {"sleepInterval": "60"}}, "/gfd/sleepInterval"),
+    ({"gfd": {"sleepInterval": "-5s"}}, "/gfd/sleepInterval"),
+    ({"gfd": {"sleepInterval": "0s"}}, "/gfd/sleepInterval"),
+    ({"gfd": {"sleepInterval": "soon"}}, "/gfd/sleepInterval"),
+    ({"gfd": {"sleepInterval": 60}}, "/gfd/sleepInterval"),
+    ({"migStrategy": "both"}, "/migStrategy"),
+    ({"metrics": {"port": -1}}, "/metrics/port"),
+    ({"metrics": {"serviceMonitor": {"interval": "-30s"}}}, "/metrics/serviceMonitor/interval"),
+    ({"failOnInitError": "sometimes"}, "/failOnInitError"),
+    ({"migStratgy": "mixed"}, "migStratgy"),
+    ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
+]
+
+
+@pytest.mark.parametrize(("values", "named"), REFUSED, ids=[n for _, n in REFUSED])
+def test_schema_refuses_a_bad_value_by_name(helm: Helm, values: dict[str, Any], named: str) -> None:
+    done = helm.run("template", "gfd", str(CHART_DIR), values=values)
+    assert done.returncode != 0
+    assert "don't meet the specifications of the schema" in done.stderr
+    assert named in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("interval", ["60s", "5m", "1h30m", "1.5h", "500ms", "infinite"])
+def test_schema_accepts_good_intervals(helm: Helm, interval: str) -> None:
+    daemonset = workload(helm.template({"gfd": {"sleepInterval": interval}}))
+    assert f"--sleep-interval={interval}" in args_of(daemonset)
+
+
+def test_usable_as_a_dependency_with_global_values(helm: Helm) -> None:
+    # A parent chart hands its subcharts `global`; the strict schema must let it through.
+    assert find(helm.template({"global": {"imageRegistry": "example"}}), "DaemonSet")
+
+
+def test_template_refuses_contradictions(helm: Helm) -> None:
+    for values, message in (
+        ({"config": {"name": "x", "map": {"a": "b"}}}, "not both"),
+        ({"sinks": {"node": {"enabled": False}}}, "at least one"),
+        ({"gfd": {"enabled": False}}, "/gfd/enabled"),
+        ({"config": {"map": {"a": "b"}, "default": "c"}}, "config.default"),
+    ):
+        done = helm.run("template", "gfd", str(CHART_DIR), values=values)
+        assert done.returncode != 0 and message in done.stderr, (values, done.stderr)
+
+
+# ------------------------------------------------------------------ chart metadata
+
+
+def test_app_version_is_the_package_version() -> None:
+    import tomllib
+
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text(encoding="utf-8"))
+    project = tomllib.loads((Path(CHART_DIR).parents[2] / "pyproject.toml").read_text("utf-8"))
+    assert chart["appVersion"] == project["project"]["version"] == gfd.__version__

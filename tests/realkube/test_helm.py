@@ -1,0 +1,436 @@
+"""The chart on a real kube-apiserver, installed, upgraded and uninstalled by the real Helm CLI.
+
+Every object of every configuration in the matrix passes a server-side dry run (strict field
+validation, admission included). One release is installed per scenario, in a namespace of
+its own, on the suite's shared control plane: gfd then runs with the chart's own
+ServiceAccount and a token bound to a Pod of the chart's DaemonSet, and labels its node and
+nothing else (or, with the NodeFeature sink, writes only its node's NodeFeature); an upgrade that changes ``gfd.sleepInterval`` changes the DaemonSet; an
+uninstall leaves none of the objects the chart created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.controlplane import ControlPlane, write_kubeconfig
+from tests.deploy.manifests import args_of
+from tests.helm.chart import CHART_DIR, FOREIGN_KINDS, MATRIX, Helm, Manifest, make_helm
+from tests.reliability.agent_process import environment, expected_labels, gfd_command
+
+pytestmark = [pytest.mark.oracle("kube"), pytest.mark.oracle("helm")]
+
+#: REST collection of each kind the chart renders: (API prefix, plural, namespaced).
+_RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
+    "ConfigMap": ("/api/v1", "configmaps", True),
+    "Service": ("/api/v1", "services", True),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "ClusterRole": ("/apis/rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "ValidatingAdmissionPolicy": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicies",
+        False,
+    ),
+    "ValidatingAdmissionPolicyBinding": (
+        "/apis/admissionregistration.k8s.io/v1",
+        "validatingadmissionpolicybindings",
+        False,
+    ),
+}
+
+
+def collection(kind: str, namespace: str | None) -> str:
+    prefix, plural, namespaced = _RESOURCES[kind]
+    return f"{prefix}/namespaces/{namespace}/{plural}" if namespaced else f"{prefix}/{plural}"
+
+
+def path_of(obj: Manifest) -> str:
+    return f"{collection(obj['kind'], obj['metadata'].get('namespace'))}/{obj['metadata']['name']}"
+
+
+@pytest.fixture(scope="module")
+def helm(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return make_helm(tmp_path_factory.mktemp("helm-kube"), control_plane.admin_kubeconfig)
+
+
+# ------------------------------------------------------------------ server-side dry run
+
+DRY_RUN_NAMESPACE = "gfd-helm-dry-run"
+
+
+@pytest.fixture(scope="module")
+def dry_run_namespace(control_plane: ControlPlane) -> str:
+    control_plane.admin.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRY_RUN_NAMESPACE}}
+    )
+    return DRY_RUN_NAMESPACE
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_object_passes_a_server_side_dry_run(
+    control_plane: ControlPlane, helm: Helm, dry_run_namespace: str, case: str
+) -> None:
+    objects = helm.template(MATRIX[case], release=f"dry-{case}", namespace=dry_run_namespace)
+    checked = 0
+    for obj in objects:
+        if obj["kind"] in FOREIGN_KINDS:
+            continue  # a CRD of the Prometheus Operator's, not served here
+        status, reply = control_plane.admin.request(
+            "POST",
+            collection(obj["kind"], obj["metadata"].get("namespace")),
+            obj,
+            query={"dryRun": "All", "fieldValidation": "Strict"},
+            ok=tuple(range(400, 600)),
+        )
+        assert status == 201, f"{case}: {obj['kind']}/{obj['metadata']['name']}: {reply}"
+        checked += 1
+    assert checked >= 2
+
+
+def test_dry_run_refuses_a_bad_object(control_plane: ControlPlane, dry_run_namespace: str) -> None:
+    # The negative control: the server does judge what a dry run sends.
+    status, _ = control_plane.admin.request(
+        "POST",
+        collection("ServiceAccount", dry_run_namespace),
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "Not_A_Name"}},
+        query={"dryRun": "All", "fieldValidation": "Strict"},
+        ok=tuple(range(400, 600)),
+    )
+    assert status == 422
+
+
+# ------------------------------------------------------------------ installed releases
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    objects: list[Manifest]
+    notes: str
+
+    def one(self, kind: str) -> Manifest:
+        found = [o for o in self.objects if o["kind"] == kind]
+        assert len(found) == 1, f"{self.name}: {len(found)} objects of kind {kind}"
+        return found[0]
+
+
+def install(helm: Helm, name: str, values: Mapping[str, Any] | None = None) -> Release:
+    """``helm install NAME`` into namespace NAME (created by Helm), with ``values``."""
+    out = helm.check(
+        "install", name, str(CHART_DIR), "--namespace", name, "--create-namespace",
+        values=values or {},
+    )  # fmt: skip
+    manifest = helm.check("get", "manifest", name, "--namespace", name)
+    objects = [doc for doc in yaml.safe_load_all(manifest) if doc]
+    return Release(name, name, objects, out)
+
+
+@pytest.fixture(scope="module")
+def labelling(helm: Helm) -> Release:
+    """The default release (node sink, admission policy) for gfd to run under."""
+    return install(helm, "gfd-helm-labels")
+
+
+def make_node(plane: ControlPlane, stem: str) -> str:
+    name = f"{stem}-{uuid.uuid4().hex[:8]}"
+    plane.admin.request(
+        "POST",
+        "/api/v1/nodes",
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true"},
+                "annotations": {"example.com/owner": "tests"},
+            },
+        },
+    )
+    return name
+
+
+@dataclass(frozen=True)
+class BoundPod:
+    name: str
+    node: str
+    kubeconfig: Path
+    token: str
+
+
+@contextlib.contextmanager
+def bound_pod(control_plane: ControlPlane, release: Release, workdir: Path) -> Iterator[BoundPod]:
+    """A Pod of the release's DaemonSet on a fresh node, as the DaemonSet would make it
+    (its ServiceAccount, its owner), and a TokenRequest token bound to it."""
+    admin = control_plane.admin
+    daemonset = release.one("DaemonSet")
+    namespace = release.namespace
+    account = daemonset["spec"]["template"]["spec"]["serviceAccountName"]
+    live = admin.get(path_of(daemonset))
+    node = make_node(control_plane, "helm-gpu-node")
+    name = f"{daemonset['metadata']['name']}-{uuid.uuid4().hex[:5]}"
+    _, pod = admin.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": daemonset["spec"]["selector"]["matchLabels"],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "DaemonSet",
+                        "name": live["metadata"]["name"],
+                        "uid": live["metadata"]["uid"],
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "serviceAccountName": account,
+                "automountServiceAccountToken": False,
+                "nodeName": node,
+                "containers": [{"name": "gfd", "image": "gfd:test"}],
+            },
+        },
+    )
+    _, review = admin.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "expirationSeconds": 3600,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": name,
+                    "uid": pod["metadata"]["uid"],
+                },
+            },
+        },
+    )
+    token = str(review["status"]["token"])
+    kubeconfig = write_kubeconfig(
+        workdir / f"{name}.kubeconfig", control_plane.url, control_plane.pki.ca_cert,
+        user={"token": token},
+    )  # fmt: skip
+    try:
+        yield BoundPod(name, node, kubeconfig, token)
+    finally:
+        admin.delete(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+@pytest.fixture
+def chart_pod(
+    control_plane: ControlPlane, labelling: Release, tmp_path: Path
+) -> Iterator[BoundPod]:
+    with bound_pod(control_plane, labelling, tmp_path) as pod:
+        yield pod
+
+
+def run_as_the_daemonset(release: Release, pod: BoundPod) -> None:
+    """gfd once on a simulated DGX H100, with the DaemonSet's own arguments as the chart
+    rendered them, as ``pod`` with its token (no metrics port: it is a one-shot)."""
+    args = [a for a in args_of(release.one("DaemonSet")) if not a.startswith("--metrics-address")]
+    done = subprocess.run(
+        gfd_command(*args, "--oneshot", "--simulate", "dgx-h100",
+                    "--kubeconfig", str(pod.kubeconfig)),
+        env=environment({"NODE_NAME": pod.node, "POD_NAME": pod.name,
+                         "NAMESPACE": release.namespace}),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def service_account_user(release: Release) -> str:
+    account = release.one("DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    return f"system:serviceaccount:{release.namespace}:{account}"
+
+
+def wait_until_policy_refuses(plane: ControlPlane, pod: BoundPod, other: str) -> None:
+    """Until the chart's admission policy is in force: the token may not touch ``other``.
+
+    The API server loads a new policy through an informer, a moment after it is created.
+    """
+    deadline = time.monotonic() + 30
+    while True:
+        status, body = plane.request_with_token(
+            pod.token, "PATCH", f"/api/v1/nodes/{other}",
+            {"metadata": {"labels": {"nvidia.com/gpu.product": "probe"}}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        if status == 403:
+            return
+        assert status == 200, body
+        assert time.monotonic() < deadline, "the chart's admission policy was never enforced"
+        plane.admin.request(
+            "PATCH", f"/api/v1/nodes/{other}",
+            {"metadata": {"labels": {"nvidia.com/gpu.product": None}}},
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+        time.sleep(0.2)
+
+
+def test_gfd_with_the_charts_service_account_labels_its_node_and_nothing_else(
+    control_plane: ControlPlane, labelling: Release, chart_pod: BoundPod
+) -> None:
+    admin = control_plane.admin
+    other = make_node(control_plane, "helm-other-node")
+    wait_until_policy_refuses(control_plane, chart_pod, other)
+    before = admin.get(f"/api/v1/nodes/{chart_pod.node}")["metadata"]
+    other_before = admin.get(f"/api/v1/nodes/{other}")["metadata"]
+    mark = control_plane.audit.mark()
+
+    assert "--patch-node" in args_of(labelling.one("DaemonSet"))
+    run_as_the_daemonset(labelling, chart_pod)
+
+    after = admin.get(f"/api/v1/nodes/{chart_pod.node}")["metadata"]
+    expected = expected_labels("dgx-h100")
+    assert after["labels"] == {**before["labels"], **expected}
+    assert all(
+        key.startswith("nvidia.com/") for key in set(after["labels"]) - set(before["labels"])
+    )
+    assert set(after["annotations"]) - set(before["annotations"]) <= {
+        "nvidia.com/gfd.labels", "nvidia.com/gpu.topology"
+    }  # fmt: skip
+    assert after["annotations"]["example.com/owner"] == "tests"
+    other_after = admin.get(f"/api/v1/nodes/{other}")["metadata"]
+    assert (other_after["labels"], other_after["annotations"]) == (
+        other_before["labels"], other_before["annotations"]
+    )  # fmt: skip
+
+    requests = [
+        (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("name"))
+        for e in control_plane.audit.events(mark, user=service_account_user(labelling))
+    ]
+    assert requests, "gfd sent no request as the chart's ServiceAccount"
+    assert set(requests) <= {
+        ("get", "nodes", chart_pod.node), ("patch", "nodes", chart_pod.node)
+    }  # fmt: skip
+
+
+def test_node_feature_release_publishes_only_its_nodes_object(
+    control_plane: ControlPlane, helm: Helm, tmp_path: Path
+) -> None:
+    release = install(helm, "gfd-helm-nodefeature", MATRIX["node-feature-api"])
+    admin = control_plane.admin
+    features = f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{release.namespace}/nodefeatures"
+    try:
+        with bound_pod(control_plane, release, tmp_path) as pod:
+            node_before = admin.get(f"/api/v1/nodes/{pod.node}")["metadata"]
+            # Until the chart's policy is in force: another node's object is refused.
+            other = make_node(control_plane, "helm-other-node")
+            foreign = {
+                "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+                "kind": "NodeFeature",
+                "metadata": {
+                    "name": f"nvidia-features-for-{other}",
+                    "labels": {"nfd.node.kubernetes.io/node-name": other},
+                },
+                "spec": {"labels": {}},
+            }
+            deadline = time.monotonic() + 30
+            while True:
+                status, body = control_plane.request_with_token(
+                    pod.token, "POST", features, foreign, content_type="application/json"
+                )
+                if status == 403:
+                    break
+                assert status == 201, body
+                admin.delete(f"{features}/nvidia-features-for-{other}")
+                assert time.monotonic() < deadline, "the NodeFeature policy was never enforced"
+                time.sleep(0.2)
+            mark = control_plane.audit.mark()
+
+            run_as_the_daemonset(release, pod)
+
+            listed = admin.get(features)["items"]
+            assert [o["metadata"]["name"] for o in listed] == [f"nvidia-features-for-{pod.node}"]
+            feature = listed[0]
+            assert feature["spec"]["labels"] == expected_labels("dgx-h100")
+            assert feature["metadata"]["labels"]["nfd.node.kubernetes.io/node-name"] == pod.node
+            assert any(o["kind"] == "Pod" and o["name"] == pod.name
+                       for o in feature["metadata"]["ownerReferences"])  # fmt: skip
+            node_after = admin.get(f"/api/v1/nodes/{pod.node}")["metadata"]
+            assert node_after["labels"] == node_before["labels"]
+            resources = {
+                e["objectRef"].get("resource")
+                for e in control_plane.audit.events(mark, user=service_account_user(release))
+            }
+            assert resources and resources <= {"nodefeatures", "pods"}
+    finally:
+        helm.check("uninstall", release.name, "--namespace", release.namespace)
+
+
+def test_install_notes_say_how_to_see_the_labels(labelling: Release) -> None:
+    assert "kubectl get nodes -L nvidia.com/gpu.product" in labelling.notes
+    assert f"-n {labelling.namespace} rollout status daemonset/gfd-helm-labels" in labelling.notes
+
+
+def test_upgrade_changing_the_sleep_interval_changes_the_daemonset(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    release = install(helm, "gfd-helm-upgrade")
+    path = path_of(release.one("DaemonSet"))
+    before = control_plane.admin.get(path)
+    assert "--sleep-interval=60s" in args_of(before)
+    helm.check(
+        "upgrade", release.name, str(CHART_DIR), "--namespace", release.namespace,
+        "--reuse-values", "--set", "gfd.sleepInterval=5m",
+    )  # fmt: skip
+    after = control_plane.admin.get(path)
+    args = args_of(after)
+    assert "--sleep-interval=5m" in args and "--sleep-interval=60s" not in args
+    assert after["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]  # updated, not replaced
+    helm.check("uninstall", release.name, "--namespace", release.namespace)
+
+
+def _labelled(plane: ControlPlane, kind: str, namespace: str | None, release: str) -> list[str]:
+    listed = plane.admin.request(
+        "GET", collection(kind, namespace),
+        query={"labelSelector": f"app.kubernetes.io/instance={release}"},
+    )[1]  # fmt: skip
+    return [item["metadata"]["name"] for item in listed["items"]]
+
+
+def test_uninstall_leaves_nothing_the_chart_created(
+    control_plane: ControlPlane, helm: Helm
+) -> None:
+    # Every kind the chart can make: all three sinks, policies, a config map.
+    values = {**MATRIX["all-sinks"], **MATRIX["sharing-config-map"]}
+    release = install(helm, "gfd-helm-uninstall", values)
+    kinds = {o["kind"] for o in release.objects}
+    assert kinds == set(_RESOURCES) - {"Service"}, kinds
+    for obj in release.objects:
+        assert control_plane.admin.request("GET", path_of(obj))[0] == 200
+    helm.check("uninstall", release.name, "--namespace", release.namespace, "--wait")
+    for obj in release.objects:
+        status, _ = control_plane.admin.request("GET", path_of(obj), ok=(404,))
+        assert status == 404, f"{obj['kind']}/{obj['metadata']['name']} is still there"
+    for kind in _RESOURCES:
+        assert _labelled(control_plane, kind, release.namespace, release.name) == [], kind
+    # Helm's own record of the release (a Secret per revision) is gone too.
+    secrets = control_plane.admin.request(
+        "GET", f"/api/v1/namespaces/{release.namespace}/secrets",
+        query={"labelSelector": f"owner=helm,name={release.name}"},
+    )[1]  # fmt: skip
+    assert secrets["items"] == []
+    assert helm.run("status", release.name, "--namespace", release.namespace).returncode != 0
