@@ -19,14 +19,17 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gfd import __version__
 from gfd.config import OPTIONS, Settings, convert, resolve_settings
-from gfd.config_watch import ConfigFileWatch
 from gfd.errors import ConfigError, GfdError, shorten
-from gfd.facts import NodeFacts
 from gfd.process_title import name_process
+
+if TYPE_CHECKING:
+    # Only for annotations: what a command needs is imported where it runs, so that
+    # ``gfd --version`` and ``--help`` import almost nothing.
+    from gfd.facts import NodeFacts
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -460,6 +463,8 @@ def command_run(
             agent = _agent_for(settings, built, reader_for(settings), log, endpoint)
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
+            from gfd.config_watch import ConfigFileWatch
+
             config_watch = ConfigFileWatch(settings.config_file)
             while not control.stop.is_set():
                 outcome = agent.cycle()
@@ -633,8 +638,6 @@ def main(
     (an unexpected exception's traceback goes to the debug log). A reader of stdout
     that goes away (``gfd labels | head -1``) ends gfd quietly, as Unix tools do.
     """
-    from gfd.logs import configure_logging, get_logger
-
     if argv is None:
         # Before anything else, so that config-manager can find the process at once.
         name_process(sys.argv[0])
@@ -648,6 +651,9 @@ def main(
     except (UsageError, ConfigError) as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
+    # After parsing: --version and --help end above without loading the logging stack.
+    from gfd.logs import configure_logging, get_logger
+
     configure_logging(settings.log_level)
     log = get_logger()
     command = namespace.command or "run"
