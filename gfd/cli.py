@@ -482,7 +482,9 @@ def command_run(
                         file=sys.stderr,
                     )
                     return EXIT_FAILED
-                control.sleep(pacer.next_delay(outcome.ok), changed=config_watch.changed)
+                # Without a config file there is nothing to watch, and no wake-up a second.
+                watching = config_watch.changed if settings.config_file else None
+                control.sleep(pacer.next_delay(outcome.ok), changed=watching)
                 if control.reload_requested and not control.stop.is_set():
                     control.reload_requested = False
                     # Taken before the file is read, so that a write during the reload

@@ -21,10 +21,11 @@ every cycle:
 
 A cycle reads the node once (``resourceVersion=0``, served from the API server's
 cache, raw JSON) and writes nothing when nothing differs. A write is one JSON merge
-patch; when it removes anything it carries the read ``resourceVersion`` as a
-precondition, so a stale read can never delete a key another writer just set: the
-API server answers 409, and the sink reads the node again (from etcd this time),
-recomputes the diff and tries again.
+patch; when it removes anything, or rewrites the ownership annotation, it carries the
+read ``resourceVersion`` as a precondition, so a stale read can never delete a key
+another writer just set, nor disown a key gfd itself set a moment ago (the API
+server's cache lags a write briefly): the API server answers 409, and the sink reads
+the node again (from etcd this time), recomputes the diff and tries again.
 """
 
 from __future__ import annotations
@@ -96,6 +97,13 @@ class NodeUpdate:
     @property
     def removes(self) -> bool:
         return bool(self.remove_labels or self.remove_annotations)
+
+    @property
+    def needs_precondition(self) -> bool:
+        """Whether the write is only right for the node as read: it removes something,
+        or rewrites the ownership annotation (from a stale read, that would disown keys
+        gfd set since, and leave them on the node for good)."""
+        return self.removes or OWNERSHIP_ANNOTATION in self.set_annotations
 
     def merge_patch(self, resource_version: str | None) -> dict[str, Any]:
         """The JSON merge patch (RFC 7386) body; ``null`` deletes a key."""
@@ -200,7 +208,7 @@ class NodeSink:
             if update.empty:
                 return False
             self._check_annotation_size(annotations, update)
-            precondition = metadata.get("resourceVersion") if update.removes else None
+            precondition = metadata.get("resourceVersion") if update.needs_precondition else None
             response = self._client.request(
                 "PATCH",
                 self._path,

@@ -117,12 +117,25 @@ def _operator_control(key: str) -> bool:
     return key.startswith(OPERATOR_CONTROL_PREFIXES) or key in OPERATOR_CONTROL_KEYS
 
 
-def _other_managers(metadata: Mapping[str, Any]) -> set[str]:
+def _other_managers(metadata: Mapping[str, Any], *, kept_only: bool = False) -> set[str]:
+    """Identities of other managers' managedFields entries; with ``kept_only``, only of
+    those that must stay (any that owns more than nvidia.com/ labels)."""
     return {
         f"{e.get('manager', '')}|{e.get('operation', '')}|{e.get('subresource', '')}"
         for e in metadata.get("managedFields") or []
-        if e.get("manager") != GFD_FIELD_MANAGER
+        if e.get("manager") != GFD_FIELD_MANAGER and not (kept_only and _owns_only_vendor_labels(e))
     }
+
+
+def _owns_only_vendor_labels(entry: Mapping[str, Any]) -> bool:
+    fields = entry.get("fieldsV1")
+    if not isinstance(fields, dict) or set(fields) - {"f:metadata"}:
+        return False
+    metadata = fields.get("f:metadata") or {}
+    if set(metadata) - {"f:labels"}:
+        return False
+    labels = metadata.get("f:labels") or {}
+    return all(key == "." or key.startswith("f:" + VENDOR_PREFIX) for key in labels)
 
 
 def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -198,7 +211,11 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     )
     if not unchanged:
         denials.append(NODE_OTHER_FIELDS)
-    if _other_managers(old_meta) != _other_managers(new_meta):
+    new_managers = _other_managers(new_meta)
+    if not (
+        _other_managers(old_meta, kept_only=True) <= new_managers
+        and new_managers <= _other_managers(old_meta)
+    ):
         denials.append(NODE_MANAGED_FIELDS)
     return Verdict(True, tuple(denials))
 

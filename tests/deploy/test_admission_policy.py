@@ -218,6 +218,21 @@ def test_other_managers_managed_fields_are_out_of_bounds(node_policy: CelPolicy)
         new = copy.deepcopy(old)
         new["metadata"]["managedFields"] = forged
         assert both(node_policy, update(old, new)).denials == (NODE_MANAGED_FIELDS,)
+    # An entry that owned only nvidia.com/ labels goes when gfd takes over its last one
+    # (the server drops empty entries): allowed. One that owned more must stay.
+    hand_set = {
+        "manager": "kubectl-label",
+        "operation": "Update",
+        "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}},
+    }
+    broader = {
+        **hand_set,
+        "fieldsV1": {"f:metadata": {"f:labels": {"f:example.com/team": {}}}},
+    }
+    for dropped, denials in ((hand_set, ()), (broader, (NODE_MANAGED_FIELDS,))):
+        before = node(managedFields=[entry, dropped])
+        after = node(managedFields=[entry])
+        assert both(node_policy, update(before, after)).denials == denials
 
 
 def test_create_and_delete_are_denied(node_policy: CelPolicy) -> None:

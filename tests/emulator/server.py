@@ -257,9 +257,17 @@ class ApiServerEmulator:
         tls_cert: Path | None = None,
         tls_key: Path | None = None,
         clock: Callable[[], float] = time.time,
+        watch_cache_lag: float = 0.0,
     ) -> None:
+        """``watch_cache_lag``: for this many seconds after a write (PATCH or PUT), a GET
+        with ``resourceVersion=0`` still sees the object as it was before, as the real
+        server's watch cache does until the write's event reaches it (measured there:
+        writers racing on one node get real 409s from it)."""
         self._tls = (tls_cert, tls_key) if tls_cert and tls_key else None
         self._clock = clock
+        self._watch_cache_lag = watch_cache_lag
+        #: Per object, its version before the last write and when that write happened.
+        self._before_write: dict[tuple[str, str, str], tuple[dict[str, Any], float]] = {}
         self._lock = threading.RLock()
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._cache: dict[tuple[str, str, str], dict[str, Any]] | None = None
@@ -666,6 +674,12 @@ class ApiServerEmulator:
             current = self._objects.get(key)
             if verb == "get" and query.get("resourceVersion") == "0" and self._cache is not None:
                 current = self._cache.get(key)
+            elif (
+                verb == "get" and query.get("resourceVersion") == "0" and key in self._before_write
+            ):
+                previous, written = self._before_write[key]
+                if self._clock() - written < self._watch_cache_lag:
+                    current = previous
             if current is None:
                 raise _ApiError(
                     404,
@@ -851,6 +865,8 @@ class ApiServerEmulator:
             return copy.deepcopy(current)
         self._revision += 1
         metadata["resourceVersion"] = str(self._revision)
+        if self._watch_cache_lag > 0:
+            self._before_write[key] = (copy.deepcopy(current), self._clock())
         if resource.custom and new.get("spec") != current.get("spec"):
             metadata["generation"] = int(current["metadata"].get("generation", 1)) + 1
         self._objects[key] = new

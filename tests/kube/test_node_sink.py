@@ -19,7 +19,7 @@ from gfd.sinks.node import (
     TOPOLOGY_ANNOTATION,
     NodeSink,
 )
-from tests.emulator import ApiServerEmulator, Fault, Principal
+from tests.emulator import ApiServerEmulator, Fault, Principal, seed_gfd_cluster
 from tests.kube.conftest import FAST_RETRIES, NODE, TOKEN
 
 EIGHT_H100 = {
@@ -381,3 +381,31 @@ def test_an_ownership_annotation_edited_to_list_foreign_labels_deletes_none_of_t
     (write,) = [r for r in emulator.requests if r.is_write]
     removed = {k for k, v in write.body["metadata"]["labels"].items() if v is None}
     assert removed == set(EIGHT_H100) - {"nvidia.com/gpu.count"}
+
+
+def test_a_stale_cached_read_right_after_a_write_orphans_no_label(
+    stop: threading.Event, tmp_path: Path
+) -> None:
+    """The real server's watch cache lags a write by a moment (the real-server suite sees
+    the 409s it causes). Two publications within that moment: the second one's cached
+    read predates the first write, and must not rewrite the ownership annotation from it
+    (it would drop a key gfd still owns, which then stays on the node for good)."""
+    with ApiServerEmulator(watch_cache_lag=30.0) as lagging:
+        seed_gfd_cluster(lagging, node_name=NODE, token=TOKEN)
+        kubeconfig = lagging.write_kubeconfig(tmp_path / "kubeconfig", TOKEN)
+        client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=FAST_RETRIES)
+        try:
+            sink = sink_for(client, stop)
+            assert sink.publish(publication()) is True
+            fewer = {k: v for k, v in EIGHT_H100.items() if k != "nvidia.com/gpu.memory"}
+            assert sink.publish(publication(fewer)) is True
+        finally:
+            client.close()
+        labels = lagging.node_labels(NODE)
+        assert "nvidia.com/gpu.memory" not in labels
+        assert {k: labels[k] for k in fewer} == fewer
+        assert lagging.node_annotations(NODE)[OWNERSHIP_ANNOTATION] == ",".join(sorted(fewer))
+        statuses = [
+            (r.method, r.status) for r in lagging.requests if r.path.startswith("/api/v1/nodes")
+        ]
+        assert ("PATCH", 409) in statuses, statuses

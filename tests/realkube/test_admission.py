@@ -274,3 +274,41 @@ def test_a_broken_policy_fails_these_tests(kube: GfdCluster) -> None:
     finally:
         _apply_and_wait(kube, policy, refused)
     test_gpu_operator_control_labels_are_refused(kube, "nvidia.com/mig.config")
+
+
+@pytest.mark.parametrize("name", ["gfd-node-labeler", "gfd-node-feature-writer"])
+def test_the_policies_type_check_against_the_servers_schemas(
+    kube: GfdCluster, garbage_collector: Any, name: str
+) -> None:
+    """kube-controller-manager checks every expression against the Node and NodeFeature
+    schemas the server serves; a misspelt field would be a warning here, and a denial of
+    every gfd request at run time (failurePolicy: Fail). The control: a copy with a
+    misspelt field (and no binding, so it judges nothing) does get a warning."""
+    policy = one(deploy_objects(), "ValidatingAdmissionPolicy", name)
+    assert type_warnings(kube, name) == []
+    typo = copy.deepcopy(policy)
+    typo["metadata"]["name"] = kube.unique("typo-probe")
+    typo["spec"]["validations"][0]["expression"] = "object.metadata.nmae == ''"
+    kube.admin.apply(typo)
+    try:
+        warnings = type_warnings(kube, typo["metadata"]["name"])
+    finally:
+        kube.admin.delete(
+            "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/"
+            + typo["metadata"]["name"]
+        )
+    assert any("undefined field 'nmae'" in w["warning"] for w in warnings), warnings
+
+
+def type_warnings(kube: GfdCluster, name: str) -> list[dict[str, str]]:
+    """The type checker's warnings for policy ``name``, once it has checked this generation."""
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}"
+    deadline = time.monotonic() + 30
+    while True:
+        policy = kube.admin.get(path)
+        status = policy.get("status") or {}
+        checked = status.get("observedGeneration") == policy["metadata"]["generation"]
+        if checked and "typeChecking" in status:
+            return list(status["typeChecking"].get("expressionWarnings", []))
+        assert time.monotonic() < deadline, f"{name}: not type-checked after 30 s: {status}"
+        time.sleep(0.2)

@@ -189,3 +189,27 @@ def test_two_agents_racing_on_one_node_converge(
     assert kube.annotations(node)[OWNERSHIP_ANNOTATION] == ",".join(sorted(h200_labels))
     statuses = [code for _, code in node_requests(kube, mark, node)]
     assert set(statuses) <= {200, 409}, statuses
+
+
+def test_a_label_set_by_hand_is_adopted_changed_and_removed(
+    kube: GfdCluster, h100_labels: dict[str, str]
+) -> None:
+    """kubectl label leaves a managedFields entry owning just that label; when gfd takes
+    the label over, the server drops the entry, which the node policy must allow."""
+    node = kube.node()
+    kube.admin.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}",
+        {"metadata": {"labels": {"nvidia.com/gpu.count": "2"}}},
+        content_type="application/merge-patch+json",
+        query={"fieldManager": "kubectl-label"},
+    )
+    with contextlib.closing(kube.client(kube.gfd_pod(node).kubeconfig)) as own:
+        sink = sink_for(own, node)
+        assert sink.publish(Publication(h100_labels)) is True
+        assert kube.labels(node)["nvidia.com/gpu.count"] == h100_labels["nvidia.com/gpu.count"]
+        managers = {e["manager"] for e in kube.node_metadata(node)["managedFields"]}
+        assert "kubectl-label" not in managers
+        without = {k: v for k, v in h100_labels.items() if k != "nvidia.com/gpu.count"}
+        assert sink.publish(Publication(without)) is True
+    assert "nvidia.com/gpu.count" not in kube.labels(node)
