@@ -278,7 +278,10 @@ class SinkFactory:
                 if settings.output_file_expiry
                 else None
             )
-            sinks.append(FeatureFileSink(Path(settings.output_file), expiry=expiry))
+            # A SIGTERM ends the wait for NFD's next tick at once (the file is written).
+            sinks.append(
+                FeatureFileSink(Path(settings.output_file), expiry=expiry, wait=self._stop.wait)
+            )
         if not (settings.patch_node or settings.use_node_feature_api or sinks):
             raise ConfigError(
                 "nothing to publish to: --no-output-file without --patch-node, "

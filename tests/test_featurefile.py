@@ -7,13 +7,20 @@ import io
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from gfd.errors import SinkError, SinkPermanentError
 from gfd.sinks import Publication
-from gfd.sinks.featurefile import FeatureFileSink, StdoutSink, render_feature_file
+from gfd.sinks.featurefile import (
+    EVENT_SPACING,
+    FeatureFileSink,
+    StdoutSink,
+    render_feature_file,
+)
+from tests.inotify import DirectoryWatch, Event
 from tests.nfd_rules import parse_feature_file, read_features_dir
 
 LABELS = {
@@ -47,19 +54,19 @@ def test_equal_labels_give_equal_bytes_whatever_the_order() -> None:
 
 def test_unchanged_labels_are_not_rewritten(tmp_path: Path) -> None:
     path = tmp_path / "gfd"
-    sink = FeatureFileSink(path)
+    sink = FeatureFileSink(path, event_spacing=0)
     sink.publish(Publication(LABELS))
     inode = path.stat().st_ino
     assert sink.publish(Publication(dict(LABELS))) is False
     assert path.stat().st_ino == inode
     # A new process (new sink) sees the same bytes on disk and does not rewrite either.
-    assert FeatureFileSink(path).publish(Publication(LABELS)) is False
+    assert FeatureFileSink(path, event_spacing=0).publish(Publication(LABELS)) is False
     assert path.stat().st_ino == inode
 
 
 def test_changed_labels_replace_the_file_atomically_with_mode_set(tmp_path: Path) -> None:
     path = tmp_path / "gfd"
-    sink = FeatureFileSink(path)
+    sink = FeatureFileSink(path, event_spacing=0)
     sink.publish(Publication(LABELS))
     assert sink.publish(Publication({**LABELS, "nvidia.com/gpu.count": "7"})) is True
     assert read_features_dir(tmp_path, T0)["nvidia.com/gpu.count"] == "7"
@@ -71,7 +78,9 @@ def test_changed_labels_replace_the_file_atomically_with_mode_set(tmp_path: Path
 def test_expiry_directive_is_written_and_honoured_by_nfd(tmp_path: Path) -> None:
     clock = Clock(T0)
     path = tmp_path / "gfd"
-    FeatureFileSink(path, expiry=dt.timedelta(minutes=10), clock=clock).publish(Publication(LABELS))
+    FeatureFileSink(path, expiry=dt.timedelta(minutes=10), clock=clock, event_spacing=0).publish(
+        Publication(LABELS)
+    )
     assert path.read_text().splitlines()[0] == "# +expiry-time=2026-12-02T12:10:00Z"
     assert parse_feature_file(path.read_bytes(), T0 + dt.timedelta(minutes=9)) == LABELS
     assert parse_feature_file(path.read_bytes(), T0 + dt.timedelta(minutes=11)) == {}
@@ -80,7 +89,7 @@ def test_expiry_directive_is_written_and_honoured_by_nfd(tmp_path: Path) -> None
 def test_expiry_is_refreshed_only_after_half_its_life(tmp_path: Path) -> None:
     clock = Clock(T0)
     path = tmp_path / "gfd"
-    sink = FeatureFileSink(path, expiry=dt.timedelta(minutes=10), clock=clock)
+    sink = FeatureFileSink(path, expiry=dt.timedelta(minutes=10), clock=clock, event_spacing=0)
     sink.publish(Publication(LABELS))
     clock.now = T0 + dt.timedelta(minutes=4)
     assert sink.publish(Publication(LABELS)) is False
@@ -91,7 +100,7 @@ def test_expiry_is_refreshed_only_after_half_its_life(tmp_path: Path) -> None:
 
 def test_file_is_kept_on_close(tmp_path: Path) -> None:
     path = tmp_path / "gfd"
-    sink = FeatureFileSink(path)
+    sink = FeatureFileSink(path, event_spacing=0)
     sink.publish(Publication(LABELS))
     sink.close()
     assert path.exists()
@@ -99,7 +108,7 @@ def test_file_is_kept_on_close(tmp_path: Path) -> None:
 
 def test_oversized_file_is_refused_and_previous_kept(tmp_path: Path) -> None:
     path = tmp_path / "gfd"
-    sink = FeatureFileSink(path)
+    sink = FeatureFileSink(path, event_spacing=0)
     sink.publish(Publication(LABELS))
     huge = {f"nvidia.com/k{i}": "v" * 60 for i in range(2000)}
     with pytest.raises(SinkPermanentError, match="over NFD's limit"):
@@ -109,17 +118,17 @@ def test_oversized_file_is_refused_and_previous_kept(tmp_path: Path) -> None:
 
 def test_missing_directory_is_a_clear_permanent_error(tmp_path: Path) -> None:
     with pytest.raises(SinkPermanentError, match="cannot create a temporary file in"):
-        FeatureFileSink(tmp_path / "absent" / "gfd").publish(Publication(LABELS))
+        FeatureFileSink(tmp_path / "absent" / "gfd", event_spacing=0).publish(Publication(LABELS))
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
 def test_read_only_directory_keeps_previous_file(tmp_path: Path) -> None:
     path = tmp_path / "gfd"
-    FeatureFileSink(path).publish(Publication(LABELS))
+    FeatureFileSink(path, event_spacing=0).publish(Publication(LABELS))
     tmp_path.chmod(0o555)
     try:
         with pytest.raises(SinkError):
-            FeatureFileSink(path).publish(Publication({"a": "b"}))
+            FeatureFileSink(path, event_spacing=0).publish(Publication({"a": "b"}))
     finally:
         tmp_path.chmod(0o755)
     assert read_features_dir(tmp_path, T0) == LABELS
@@ -132,7 +141,7 @@ def test_dot_file_target_is_refused(tmp_path: Path) -> None:
 
 def test_reader_polling_during_rewrites_never_sees_a_partial_file(tmp_path: Path) -> None:
     path = tmp_path / "gfd"
-    sink = FeatureFileSink(path)
+    sink = FeatureFileSink(path, event_spacing=0)
     versions = [{f"nvidia.com/k{j}": str(i) for j in range(50)} for i in range(40)]
     sink.publish(Publication(versions[0]))
     valid = {render_feature_file(v, None) for v in versions}
@@ -217,7 +226,7 @@ def test_a_symlink_planted_at_the_temporary_name_is_never_followed(
 
 def test_the_fixed_temporary_name_of_old_versions_is_not_used(features: Path, victim: Path) -> None:
     (features / ".gfd.tmp").symlink_to(victim)
-    assert FeatureFileSink(features / "gfd").publish(Publication(LABELS)) is True
+    assert FeatureFileSink(features / "gfd", event_spacing=0).publish(Publication(LABELS)) is True
     assert victim.read_bytes() == b"root:secret\n"
     assert (features / ".gfd.tmp").is_symlink()
 
@@ -228,7 +237,7 @@ def test_a_symlink_planted_at_the_staging_directory_is_never_entered(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (features / ".gfd.staging").symlink_to(elsewhere)
-    assert FeatureFileSink(features / "gfd").publish(Publication(LABELS)) is True
+    assert FeatureFileSink(features / "gfd", event_spacing=0).publish(Publication(LABELS)) is True
     assert list(elsewhere.iterdir()) == []
     assert read_features_dir(features, T0) == LABELS
     assert sorted(p.name for p in features.iterdir()) == [".gfd.staging", "gfd"]
@@ -240,7 +249,7 @@ def test_every_temporary_name_taken_is_an_error_that_removes_nothing(features: P
     taken = [f".gfd.{i}.tmp" for i in range(8)]
     for name in taken:
         (stage / name).write_text("someone else's")
-    sink = FeatureFileSink(features / "gfd", temp_names=_names(*taken))
+    sink = FeatureFileSink(features / "gfd", temp_names=_names(*taken), event_spacing=0)
     with pytest.raises(SinkError, match="temporary names were all taken"):
         sink.publish(Publication(LABELS))
     assert sorted(p.name for p in stage.iterdir()) == sorted(taken)
@@ -261,7 +270,7 @@ def test_a_target_that_is_not_a_regular_file_is_refused_with_one_line(
     else:
         os.mkfifo(target)
     with pytest.raises(SinkPermanentError) as refused:
-        FeatureFileSink(target).publish(Publication(LABELS))
+        FeatureFileSink(target, event_spacing=0).publish(Publication(LABELS))
     message = str(refused.value)
     assert "\n" not in message and "not a regular file" in message and str(target) in message
     assert victim.read_bytes() == b"root:secret\n"
@@ -275,7 +284,7 @@ def test_a_character_device_target_is_never_replaced(features: Path) -> None:
     null = features / "gfd"
     os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     with pytest.raises(SinkPermanentError, match="exists and is a character device"):
-        FeatureFileSink(null).publish(Publication(LABELS))
+        FeatureFileSink(null, event_spacing=0).publish(Publication(LABELS))
     mode = null.lstat().st_mode
     assert stat.S_ISCHR(mode) and null.lstat().st_rdev == os.makedev(1, 3)
 
@@ -284,5 +293,106 @@ def test_a_huge_target_is_read_back_bounded(features: Path) -> None:
     target = features / "gfd"
     with target.open("wb") as handle:
         handle.truncate(1 << 30)  # a sparse 1 GiB file: reading it whole would take a GiB
-    assert FeatureFileSink(target).publish(Publication(LABELS)) is True
+    assert FeatureFileSink(target, event_spacing=0).publish(Publication(LABELS)) is True
     assert read_features_dir(features, T0) == LABELS
+
+
+# ---------------------------------------------------------------- what NFD's watch sees
+# NFD's worker re-reads features.d on the first inotify event after each tick of a 1 s
+# ticker and drops the others until the next tick. A write it never misses is therefore
+# one event, the final file's, at least a second after the directory's previous event.
+
+
+def count(value: int) -> dict[str, str]:
+    return {**LABELS, "nvidia.com/gpu.count": str(value)}
+
+
+def kinds(events: list[Event]) -> list[tuple[str, str]]:
+    return [(e.kind, e.name) for e in events]
+
+
+def test_a_write_is_one_event_the_final_file_s_a_second_after_the_last(features: Path) -> None:
+    sink = FeatureFileSink(features / "gfd")
+    time.sleep(EVENT_SPACING)  # the staging directory's own event is a tick behind
+    with DirectoryWatch(features) as watch:
+        started = time.monotonic()
+        assert sink.publish(Publication(LABELS)) is True
+        first_took = time.monotonic() - started
+        time.sleep(0.3)  # a change 0.3 s after the previous write ...
+        assert sink.publish(Publication(count(4))) is True
+        assert sink.publish(Publication(count(4))) is False  # unchanged: no event at all
+        events = watch.events()
+    assert kinds(events) == [("MOVED_TO", "gfd"), ("MOVED_TO", "gfd")]
+    assert first_took < 0.5, "a directory still for a second is written at once"
+    gap = events[1].at - events[0].at
+    # ... is written once the second has passed, and not much later.
+    assert 1.0 <= gap < EVENT_SPACING + 0.4
+    assert read_features_dir(features, T0) == count(4)
+    assert list((features / ".gfd.staging").iterdir()) == []
+
+
+def test_the_staging_directory_s_creation_is_a_tick_before_the_first_file(
+    features: Path,
+) -> None:
+    with DirectoryWatch(features) as watch:
+        FeatureFileSink(features / "gfd").publish(Publication(LABELS))
+        events = watch.events()
+    assert [(e.kind, e.name, e.is_dir) for e in events] == [
+        ("CREATE", ".gfd.staging", True),
+        ("MOVED_TO", "gfd", False),
+    ]
+    assert events[1].at - events[0].at >= 1.0
+
+
+def test_a_later_process_and_other_writers_are_waited_for_too(features: Path) -> None:
+    FeatureFileSink(features / "gfd", event_spacing=0).publish(Publication(LABELS))
+    with DirectoryWatch(features) as watch:
+        (features / "other-vendor").write_text("example.com/a=1\n")
+        # A new sink (a restarted agent, the next one-shot run) knows nothing of the
+        # last event but the directory's timestamp.
+        FeatureFileSink(features / "gfd").publish(Publication(count(2)))
+        events = watch.events()
+    assert kinds(events)[0] == ("CREATE", "other-vendor")
+    assert kinds(events)[-1] == ("MOVED_TO", "gfd")
+    assert events[-1].at - events[0].at >= 1.0
+    assert read_features_dir(features, T0) == {**count(2), "example.com/a": "1"}
+
+
+def test_without_the_staging_directory_the_rename_still_comes_a_tick_later(
+    features: Path,
+) -> None:
+    (features / ".gfd.staging").write_text("not a directory")
+    time.sleep(EVENT_SPACING)
+    with DirectoryWatch(features) as watch:
+        FeatureFileSink(features / "gfd").publish(Publication(LABELS))
+        events = watch.events()
+    # The temporary dot-file's events start NFD's re-read (which skips it); the final
+    # file's comes after the next tick, so that re-read is not the last one.
+    assert events[0].kind == "CREATE" and events[0].name.startswith(".gfd.")
+    assert kinds(events)[-1] == ("MOVED_TO", "gfd")
+    assert events[-1].at - events[0].at >= 1.0
+    assert all(e.at - events[0].at < 0.5 for e in events[:-2])
+    assert read_features_dir(features, T0) == LABELS
+
+
+def test_a_stop_request_ends_the_wait_and_the_file_is_still_written(features: Path) -> None:
+    stop = threading.Event()
+    sink = FeatureFileSink(features / "gfd", wait=stop.wait)
+    stop.set()  # SIGTERM: the agent's stop event is set
+    started = time.monotonic()
+    sink.publish(Publication(LABELS))
+    sink.publish(Publication(count(1)))
+    assert time.monotonic() - started < 0.5
+    assert read_features_dir(features, T0) == count(1)
+    assert list((features / ".gfd.staging").iterdir()) == []
+
+
+def test_an_interrupted_wait_leaves_no_temporary_file(features: Path) -> None:
+    def interrupted(_seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    sink = FeatureFileSink(features / "gfd", wait=interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sink.publish(Publication(LABELS))
+    assert sorted(p.name for p in features.iterdir()) == [".gfd.staging"]
+    assert list((features / ".gfd.staging").iterdir()) == []

@@ -19,6 +19,17 @@ its format and how it is replaced:
   nor an event for one. When that directory cannot be used (it is a symlink or not
   a directory, or cannot be created) the temporary file is a dot-file beside the
   target instead, which NFD skips;
+- events spaced for NFD's worker: it re-reads the directory on the first inotify
+  event after each tick of a one-second ticker and drops the others until the next
+  tick (a dropped change waits for its periodic pass, 60 s by default). So the
+  rename, the one event a write causes, comes at least :data:`EVENT_SPACING` after
+  the directory last changed (its mtime: the previous rename, the staging
+  directory's creation, a temporary file beside the target in the fallback, another
+  writer's file, or another gfd process), waiting out the rest when it comes sooner.
+  That is at most one write a second; a change under a second after the previous
+  write is written as soon as the second has passed. The staging directory is
+  created when the sink is made, so its own event is mostly past (the first read of
+  the GPUs takes a while) when the first write comes, and at most the spacing is left;
 - only ever a regular file at the target: a target that exists and is anything
   else (a symlink, a device such as ``/dev/null``, a FIFO, a directory) is refused
   with one line, and never opened, followed or replaced;
@@ -37,6 +48,7 @@ import os
 import secrets
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
@@ -52,6 +64,11 @@ DIRECTORY_MODE = 0o755
 #: How many unique temporary names a write tries before it gives up (each taken
 #: name means something else is there: never opened, never removed).
 TEMP_NAME_ATTEMPTS = 8
+#: Least seconds between two changes of the features directory that gfd makes: NFD's
+#: worker starts a re-read on the first event after each tick of its 1 s ticker and
+#: drops the rest until the next tick; 0.1 s more covers the coarse clock of directory
+#: timestamps and the worker's scheduling.
+EVENT_SPACING = 1.1
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
@@ -112,6 +129,9 @@ class FeatureFileSink:
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         write: Callable[[int, memoryview], int] = os.write,
         temp_names: Callable[[str], Iterator[str]] = unique_temp_names,
+        event_spacing: float = EVENT_SPACING,
+        wait: Callable[[float], object] = time.sleep,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if path.name.startswith(".") or not path.name:
             raise SinkPermanentError(
@@ -125,6 +145,12 @@ class FeatureFileSink:
         # A seam for the tests that plant things at the temporary name.
         self._temp_names = temp_names
         self.staging_name = f".{path.name}.staging"
+        self.event_spacing = event_spacing
+        # How a write waits for NFD's next tick (the agent passes its stop event's wait,
+        # so a SIGTERM ends the wait at once) and the clock directory mtimes are read on.
+        self._wait = wait
+        self._wall_clock = wall_clock
+        self._prepare_staging()
 
     def publish(self, publication: Publication) -> bool:
         labels = publication.labels
@@ -233,6 +259,31 @@ class FeatureFileSink:
         finally:
             os.close(dir_fd)
 
+    def _prepare_staging(self) -> None:
+        """Create the staging directory now: its creation is an event for NFD's worker,
+        best long past by the first write. Whatever goes wrong is left to the write."""
+        with contextlib.suppress(OSError):
+            dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.mkdir(self.staging_name, DIRECTORY_MODE, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def _space_event(self, dir_fd: int) -> None:
+        """Wait until the features directory has been still for :attr:`event_spacing`.
+
+        Its mtime is when an entry last appeared, went or was renamed there (by gfd, by
+        an earlier gfd process, or anyone): NFD's worker saw that as an event, and a
+        rename before its next tick would be dropped. A wait is never longer than the
+        spacing itself, whatever the timestamps say (a clock set back).
+        """
+        if self.event_spacing <= 0:
+            return
+        changed = os.fstat(dir_fd).st_mtime_ns / 1e9
+        delay = min(changed + self.event_spacing - self._wall_clock(), self.event_spacing)
+        if delay > 0:
+            self._wait(delay)
+
     def _open_staging(self, dir_fd: int) -> int:
         """The staging directory's descriptor, or ``dir_fd`` when it cannot be used."""
         with contextlib.suppress(FileExistsError, OSError):
@@ -287,6 +338,7 @@ class FeatureFileSink:
                 os.fchmod(fd, FILE_MODE)
             finally:
                 os.close(fd)
+            self._space_event(dir_fd)
             # rename(2) replaces a symlink or file at the target itself, never what it
             # points to; one that appeared since the check is replaced, not followed.
             os.replace(temp, self.path.name, src_dir_fd=stage_fd, dst_dir_fd=dir_fd)
@@ -296,6 +348,11 @@ class FeatureFileSink:
             raise SinkError(
                 f"feature file {self.path}: write failed: {exc.strerror or exc}; the previous file is intact"
             ) from exc
+        except BaseException:
+            # Interrupted (in the wait for NFD's tick, say): no temporary file stays behind.
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=stage_fd)
+            raise
 
 
 class StdoutSink:

@@ -262,7 +262,8 @@ def test_a_reader_polling_during_rewrites_sees_only_whole_files(tmp_path: Path) 
         copy = tmp_path / f"expected-{i}"
         copy.write_bytes(render_feature_file(publication.labels, None))
         expected.append(str(copy))
-    sink = FeatureFileSink(output)
+    # Hundreds of rewrites back to back: no spacing for NFD's watch (test_featurefile).
+    sink = FeatureFileSink(output, event_spacing=0)
     sink.publish(publications[0])
     stop = tmp_path / "stop"
     poller = subprocess.Popen(
