@@ -19,53 +19,21 @@ from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by imp
     node_labels,
     request_timeout,
 )
+from tests.suite_tally import SuiteTally
 
 _MODULE_FAMILIES = {"test_http.py": "http", "test_generated.py": "generated"}
 
 
-class _Tally:
-    def __init__(self) -> None:
-        self.outcome: dict[str, str] = {}
-        self.family: dict[str, str] = {}
-
-    def record(self, report: pytest.TestReport) -> None:
-        module = report.nodeid.split("::", 1)[0]
-        if not module.startswith("tests/hostile/"):
-            return
-        name = module.rsplit("/", 1)[-1]
-        param = report.nodeid.partition("[")[2].rstrip("]")
-        family = _MODULE_FAMILIES.get(name) or (param.split("/", 1)[0] if "/" in param else "other")
-        if "process" in report.nodeid.split("::", 1)[-1].split("[", 1)[0]:
-            family = "process"
-        self.family[report.nodeid] = family
-        previous = self.outcome.get(report.nodeid)
-        if report.failed:
-            self.outcome[report.nodeid] = "failed"
-        elif report.skipped and previous != "failed":
-            self.outcome[report.nodeid] = "skipped"
-        elif report.when == "call" and previous is None:
-            self.outcome[report.nodeid] = "passed"
-
-    def line(self) -> str | None:
-        if not self.outcome:
-            return None
-        counts = {kind: 0 for kind in ("passed", "failed", "skipped")}
-        for result in self.outcome.values():
-            counts[result] += 1
-        families: dict[str, int] = {}
-        for nodeid in self.outcome:
-            families[self.family[nodeid]] = families.get(self.family[nodeid], 0) + 1
-        by_family = ", ".join(f"{name} {families[name]}" for name in sorted(families))
-        line = (
-            f"hostile corpus: {len(self.outcome)} cases ({by_family}), "
-            f"{counts['passed']} passed, {counts['failed']} failed"
-        )
-        if counts["skipped"]:
-            line += f", {counts['skipped']} skipped"
-        return line
+def _family_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    name = module.rsplit("/", 1)[-1]
+    if "process" in nodeid.split("::", 1)[-1].split("[", 1)[0]:
+        return "process"
+    param = nodeid.partition("[")[2].rstrip("]")
+    return _MODULE_FAMILIES.get(name) or (param.split("/", 1)[0] if "/" in param else "other")
 
 
-_TALLY = _Tally()
+_TALLY = SuiteTally("hostile corpus", "tests/hostile/", _family_of)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -26,6 +26,7 @@ from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by imp
     kubeconfig,
     stop,
 )
+from tests.suite_tally import SuiteTally
 
 HERE = Path(__file__).resolve().parent
 FAMILIES = {
@@ -49,48 +50,11 @@ FOREIGN_LABELS = {
 # Counting cases
 
 
-class _Tally:
-    def __init__(self) -> None:
-        self.outcome: dict[str, str] = {}
-        self.family: dict[str, str] = {}
-
-    def record(self, report: pytest.TestReport) -> None:
-        module = report.nodeid.split("::", 1)[0]
-        if not module.startswith("tests/reliability/"):
-            return
-        name = module.rsplit("/", 1)[-1]
-        self.family[report.nodeid] = FAMILIES.get(name, "other")
-        previous = self.outcome.get(report.nodeid)
-        if report.failed:
-            self.outcome[report.nodeid] = "failed"
-        elif report.skipped and previous != "failed":
-            # A known defect (strict xfail) reports as skipped with ``wasxfail``.
-            self.outcome[report.nodeid] = "known" if hasattr(report, "wasxfail") else "skipped"
-        elif report.when == "call" and previous is None:
-            self.outcome[report.nodeid] = "passed"
-
-    def line(self) -> str | None:
-        if not self.outcome:
-            return None
-        counts = {kind: 0 for kind in ("passed", "failed", "known", "skipped")}
-        for result in self.outcome.values():
-            counts[result] += 1
-        families: dict[str, int] = {}
-        for nodeid in self.outcome:
-            families[self.family[nodeid]] = families.get(self.family[nodeid], 0) + 1
-        by_family = ", ".join(f"{name} {families[name]}" for name in sorted(families))
-        line = (
-            f"reliability: {len(self.outcome)} cases ({by_family}), "
-            f"{counts['passed']} passed, {counts['failed']} failed"
-        )
-        if counts["known"]:
-            line += f", {counts['known']} known defect (strict xfail)"
-        if counts["skipped"]:
-            line += f", {counts['skipped']} skipped"
-        return line
+def _family_of(nodeid: str) -> str:
+    return FAMILIES.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1], "other")
 
 
-_TALLY = _Tally()
+_TALLY = SuiteTally("reliability", "tests/reliability/", _family_of)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
