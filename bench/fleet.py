@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import multiprocessing
 import os
 import platform
@@ -46,11 +45,10 @@ if str(ROOT) not in sys.path:
     # The emulator lives in the test tree, which is not an installed package.
     sys.path.insert(0, str(ROOT))
 
-import structlog  # noqa: E402
-
 from gfd.agent import Agent, Derived, Pacer, compute_labels, derive_topology, next_delay  # noqa: E402
 from gfd.facts import NodeFacts  # noqa: E402
 from gfd.labels import LabelOptions  # noqa: E402
+from gfd.logs import configure_logging  # noqa: E402
 from gfd.nvml.reader import read_facts  # noqa: E402
 from gfd.sim import simulate  # noqa: E402
 from gfd.sinks.kube import RetryPolicy, connect_kubernetes  # noqa: E402
@@ -340,7 +338,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     # The agents' own log lines would be thousands of lines of noise here.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    configure_logging("critical")
     runs = [
         fleet_run(n, args.interval, args.intervals, args.seed, in_step=args.in_step)
         for n in args.agents

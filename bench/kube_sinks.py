@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import sys
 import tempfile
@@ -28,8 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     # The emulator lives in the test tree, which is not an installed package.
@@ -37,6 +34,7 @@ if str(ROOT) not in sys.path:
 
 from _launcher import Launcher, child_environment  # noqa: E402
 
+from gfd.logs import configure_logging  # noqa: E402
 from gfd.sinks import Publication, Sink  # noqa: E402
 from gfd.sinks.kube import RetryPolicy, connect_kubernetes  # noqa: E402
 from gfd.sinks.node import TOPOLOGY_ANNOTATION, NodeSink  # noqa: E402
@@ -155,7 +153,7 @@ def main() -> int:
     parser.add_argument("--skip-process", action="store_true", help="only the in-process part")
     args = parser.parse_args()
     # The sinks log every write at info level; keep the tables readable.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    configure_logging("warning")
 
     results: dict[str, Any] = {"steady_state": steady_state(args.cycles)}
     print(f"### Requests per steady-state cycle ({args.cycles} unchanged cycles, 40 labels)\n")

@@ -466,17 +466,18 @@ def command_run(
             agent = _agent_for(settings, built, reader_for(settings), log, endpoint)
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
+            if settings.oneshot and not control.stop.is_set():
+                outcome = agent.cycle()
+                if outcome.ok or outcome.published_without_nvml:
+                    return EXIT_OK
+                print(error_line(outcome.reason), file=sys.stderr)
+                return EXIT_FAILED
             from gfd.config_watch import ConfigFileWatch
 
             config_watch = ConfigFileWatch(settings.config_file)
             while not control.stop.is_set():
                 outcome = agent.cycle()
                 ever_succeeded = ever_succeeded or outcome.ok
-                if settings.oneshot:
-                    if outcome.ok or outcome.published_without_nvml:
-                        return EXIT_OK
-                    print(error_line(outcome.reason), file=sys.stderr)
-                    return EXIT_FAILED
                 if outcome.init_failure and settings.fail_on_init_error and not ever_succeeded:
                     print(
                         error_line(

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import structlog
 import tenacity
 
 from gfd.errors import ConfigError, SinkError, SinkPermanentError, echo, shorten
@@ -48,8 +47,9 @@ from gfd.inputs import (
     check_yaml,
     read_bounded_text,
 )
+from gfd.logs import get_logger
 
-log = structlog.get_logger("gfd.sinks.kube")
+log = get_logger()
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 IN_CLUSTER_TOKEN_PATH = f"{SERVICE_ACCOUNT_DIR}/token"

@@ -35,16 +35,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from gfd.errors import SinkError, SinkPermanentError, echo
 from gfd.labels.core import TIMESTAMP_KEY
 from gfd.labels.families import gfd_can_produce
+from gfd.logs import get_logger
 from gfd.sinks import Publication
 from gfd.sinks.kube import MERGE_PATCH, KubeApiPermanentError, KubeClient, path_segment
 from gfd.topology.render import ANNOTATION_KEY
 
-log = structlog.get_logger("gfd.sinks.node")
+log = get_logger()
 
 OWNERSHIP_ANNOTATION = "nvidia.com/gfd.labels"
 NFD_OWNERSHIP_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"

@@ -25,13 +25,12 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
 from gfd.errors import SinkError, SinkPermanentError
+from gfd.logs import get_logger
 from gfd.sinks import Publication
 from gfd.sinks.kube import KubeApiPermanentError, KubeClient, path_segment
 
-log = structlog.get_logger("gfd.sinks.nodefeature")
+log = get_logger()
 
 API_VERSION = "nfd.k8s-sigs.io/v1alpha1"
 KIND = "NodeFeature"

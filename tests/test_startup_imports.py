@@ -1,0 +1,118 @@
+"""Start-up: what a process imports for each kind of run.
+
+Importing is most of what a one-shot gfd costs (``docs/benchmarks.md``, "Start-up"), so
+what each path must not import is pinned here, by module name, in a fresh interpreter.
+Timing is the benchmark's job (``bench/startup.py``), not a test's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gfd.sim import load_profile, prepare_machine
+
+#: Loaded only by the paths that use them: the Kubernetes sinks, metrics, the config
+#: file, the simulator, the config watch of a periodic agent, and structlog for a log line.
+HEAVY = (
+    "structlog",
+    "asyncio",
+    "ssl",
+    "kubernetes",
+    "urllib3",
+    "tenacity",
+    "prometheus_client",
+    "http.server",
+    "yaml",
+    "gfd.sim",
+    "gfd.config_watch",
+    "gfd.metrics",
+    "gfd.sinks.kube",
+)
+
+PROBE = """
+import json, sys
+from gfd.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:  # argparse ends --version and --help so
+    code = exit.code
+print("PROBE " + json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _modules_after(arguments: list[str], env: dict[str, str] | None = None) -> tuple[int, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("PROBE ")]
+    report = json.loads(line.removeprefix("PROBE "))
+    return report["code"], set(report["modules"])
+
+
+def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if any(m == n or m.startswith(n + ".") for m in modules))
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_load_neither_nvml_nor_logging(flag: str) -> None:
+    code, modules = _modules_after([flag])
+    assert code == 0
+    assert _loaded(modules, (*HEAVY, "pynvml", "gfd.agent", "gfd.nvml", "gfd.labels")) == []
+
+
+def test_a_quiet_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path) -> None:
+    """The real-node path (library by LD_LIBRARY_PATH, sysfs and DMI by flag) at
+    ``--log-level error``, writing a feature file: no structlog, no client, no YAML."""
+    import os
+
+    machine = prepare_machine(load_profile("dgx-h100").facts, tmp_path / "machine")
+    out = tmp_path / "gfd"
+    env = {**os.environ, **machine.environment()}
+    arguments = [
+        "--oneshot", "--no-timestamp", "--log-level", "error", "--output-file", str(out),
+        "--sysfs-root", str(machine.sysfs_root),
+        "--machine-type-file", str(machine.machine_type_file),
+    ]  # fmt: skip
+    code, modules = _modules_after(arguments, env)
+    assert code == 0
+    assert "nvidia.com/gpu.count=8" in out.read_text().splitlines()
+    assert _loaded(modules, HEAVY) == []
+    assert "pynvml" in modules  # the probe is not vacuous: the reader ran
+
+
+def test_a_log_line_loads_structlog_and_reads_as_before(tmp_path: Path) -> None:
+    code = (
+        "import io, json, sys\n"
+        "from gfd.logs import configure_logging, get_logger\n"
+        "out = io.StringIO()\n"
+        "configure_logging('warning', stream=out, json=True)\n"
+        "log = get_logger(node='n1')\n"
+        "log.info('quiet')\n"
+        "assert 'structlog' not in sys.modules, 'loaded for a filtered event'\n"
+        "log.warning('loud', key='k')\n"
+        "assert 'structlog' in sys.modules\n"
+        "configure_logging('error', stream=out, json=True)\n"
+        "log.warning('filtered after a reload')\n"
+        "log.bind(extra=1).error('bound')\n"
+        "print(out.getvalue(), end='')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(line["event"], line["level"]) for line in lines] == [
+        ("loud", "warning"),
+        ("bound", "error"),
+    ]
+    assert lines[0]["node"] == "n1" and lines[0]["key"] == "k"
+    assert lines[1]["node"] == "n1" and lines[1]["extra"] == 1
+    assert all(line["timestamp"].endswith("Z") for line in lines)
