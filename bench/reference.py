@@ -12,15 +12,24 @@ label) with 1, 8 and 16 GPUs, each under ``--mig-strategy`` none, single and mix
   (gfd, reference, gfd, ...) so drift in the machine's load hits both alike; medians of
   ``--runs`` of wall time and peak RSS (``ru_maxrss`` via ``os.wait4`` from a small
   launcher process).
-* **Periodic**: each program alone with ``--sleep-interval 10ms``; cycles are counted
-  from each one's own per-cycle log line (the reference's "Writing labels to output
-  file", gfd's debug "cycle done"); CPU time per cycle (``utime + stime`` between cycle
-  10 and cycle 10 + ``--cycles``) and RSS (``VmRSS``) at those two points.
+* **Periodic**: each program alone with ``--sleep-interval`` ``--interval`` (1 s: the
+  steady state of a DaemonSet, faster than any real one); cycles are counted from each
+  one's own per-cycle log line (the reference's "Writing labels to output file", gfd's
+  debug "cycle done"); CPU time per cycle (``utime + stime`` between cycle 10 and
+  cycle 10 + ``--cycles``) and RSS (``VmRSS``) at those two points.
+* **Growth**: gfd alone at a 10 ms interval for ``--growth-cycles`` cycles (1,000):
+  its RSS after 10 cycles and after the rest.
+* **The reference without the PCI tree**: on the 8-GPU machine, the reference once more
+  with nothing at ``/sys/bus/pci/devices``, as a run outside the mount namespace sees
+  it. Its GPU-mode and vGPU labelers then fail early, which skips its per-GPU parse of
+  the PCI ID database (about 25 ms per GPU here): the cheapest the reference gets, and
+  what a comparison that forgets the PCI tree measures.
 
 Ratios are gfd / reference: below 1 means gfd costs less. Needs ``GFD_REFERENCE_BIN`` (see
 ``../shared/oracles/README.md``) and root (for the private mount namespace); without
 them it prints one line saying so and exits 0. Results go to
-``bench/results/reference.json``. Run: ``python bench/reference.py [--runs N] [--cycles N]``.
+``bench/results/reference.json``. Run:
+``python bench/reference.py [--runs N] [--cycles N] [--interval D] [--growth-cycles N]``.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ if str(ROOT) not in sys.path:
 
 from _launcher import Launcher, child_environment  # noqa: E402
 
+from gfd.config import parse_duration  # noqa: E402
 from gfd.facts import Gpu, NodeFacts, PciPair  # noqa: E402
 from gfd.sim import SimulatedMachine, load_profile, prepare_machine  # noqa: E402
 
@@ -154,7 +164,12 @@ def _rss_mib(pid: int) -> float:
 
 
 def periodic(
-    command: list[str], env: dict[str, str], log: Path, marker: str, cycles: int
+    command: list[str],
+    env: dict[str, str],
+    log: Path,
+    marker: str,
+    cycles: int,
+    interval_s: float = 0.01,
 ) -> dict[str, float]:
     with log.open("wb") as sink:
         child = subprocess.Popen(command, env=env, cwd=ROOT, stdout=sink, stderr=sink)
@@ -164,7 +179,7 @@ def periodic(
             return log.read_bytes().count(marker.encode())
 
         def wait_for(target: int) -> None:
-            deadline = time.monotonic() + 30 + target * 0.05
+            deadline = time.monotonic() + 30 + target * (interval_s + 0.5)
             while count() < target:
                 if child.poll() is not None:
                     raise SystemExit(f"{command[-1]} exited early; see {log}")
@@ -197,7 +212,11 @@ def _ratio(ours: float, theirs: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=9, help="one-shot runs per program (median)")
-    parser.add_argument("--cycles", type=int, default=1000, help="periodic cycles measured")
+    parser.add_argument("--cycles", type=int, default=20, help="periodic cycles measured")
+    parser.add_argument("--interval", default="1s", help="periodic --sleep-interval")
+    parser.add_argument(
+        "--growth-cycles", type=int, default=1000, help="gfd cycles at 10 ms for RSS growth"
+    )
     parser.add_argument("--gpus", type=int, nargs="*", default=list(GPU_COUNTS))
     args = parser.parse_args()
     reference = os.environ.get("GFD_REFERENCE_BIN", "")
@@ -207,6 +226,7 @@ def main() -> int:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         print("reference.py: skipped: needs root and unshare for the reference's fixed /sys path")
         return 0
+    interval_s = parse_duration(args.interval, "--interval") or 1.0
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gfd-bench-ref-") as tmp:
         work = Path(tmp)
@@ -230,22 +250,44 @@ def main() -> int:
                         launcher.run(command)
                     once = oneshot(launcher, oneshot_commands, args.runs)
                     loops = {}
-                    for name, command in programs(
-                        machine, reference, strategy, out, ["--sleep-interval", "10ms"]
-                    ).items():
+                    looping = programs(
+                        machine, reference, strategy, out, ["--sleep-interval", args.interval]
+                    )
+                    for name, command in looping.items():
                         if name == "gfd":
                             command = [*command, "--log-level", "debug"]
                         loops[name] = periodic(
                             wrapped(machine, command), env, out / f"{name}.log", CYCLE_LINE[name],
-                            args.cycles,
+                            args.cycles, interval_s,
                         )  # fmt: skip
-                    rows.append(
-                        {"gpus": gpus, "strategy": strategy, "oneshot": once, "periodic": loops}
-                    )
+                    fast = programs(machine, reference, strategy, out, ["--sleep-interval", "10ms"])
+                    growth = periodic(
+                        wrapped(machine, [*fast["gfd"], "--log-level", "debug"]), env,
+                        out / "gfd-growth.log", CYCLE_LINE["gfd"], args.growth_cycles,
+                    )  # fmt: skip
+                    row: dict[str, Any] = {
+                        "gpus": gpus, "strategy": strategy, "oneshot": once, "periodic": loops,
+                        "growth": growth,
+                    }  # fmt: skip
+                    if gpus == 8 and strategy == "none":
+                        bare = programs(machine, reference, strategy, out, ["--oneshot"])
+                        row["reference_without_pci_tree"] = {
+                            "oneshot": oneshot(launcher, {"reference": bare["reference"]}, args.runs)[
+                                "reference"
+                            ],
+                            "periodic": periodic(
+                                looping["reference"], env, out / "bare.log",
+                                CYCLE_LINE["reference"], args.cycles, interval_s,
+                            ),
+                        }  # fmt: skip
+                    rows.append(row)
                     print(f"measured {gpus} GPUs, --mig-strategy {strategy}", file=sys.stderr)
             finally:
                 launcher.close()
-    report = {"runs": args.runs, "cycles": args.cycles, "rows": rows}
+    report = {
+        "runs": args.runs, "cycles": args.cycles, "interval": args.interval,
+        "growth_cycles": args.growth_cycles, "rows": rows,
+    }  # fmt: skip
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print_tables(report)
@@ -267,10 +309,11 @@ def print_tables(report: dict[str, Any]) -> None:
             f"{_ratio(ours['peak_rss_mib'], theirs['peak_rss_mib']):.2f} |"
         )
     print(
-        f"\nPeriodic, 10 ms interval, {report['cycles']} cycles after {WARM_UP_CYCLES} (gfd / reference):\n"
+        f"\nPeriodic, {report['interval']} interval, {report['cycles']} cycles after "
+        f"{WARM_UP_CYCLES} (gfd / reference):\n"
     )
     print(
-        "| GPUs | MIG strategy | gfd CPU ms/cycle | reference CPU ms/cycle | ratio | gfd RSS MiB (growth) | reference RSS MiB (growth) | RSS ratio |"
+        "| GPUs | MIG strategy | gfd CPU ms/cycle | reference CPU ms/cycle | ratio | gfd RSS MiB | reference RSS MiB | RSS ratio |"
     )
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for row in report["rows"]:
@@ -278,10 +321,48 @@ def print_tables(report: dict[str, Any]) -> None:
         print(
             f"| {row['gpus']} | {row['strategy']} | {ours['cpu_ms_per_cycle']:.2f} | "
             f"{theirs['cpu_ms_per_cycle']:.2f} | "
-            f"{_ratio(ours['cpu_ms_per_cycle'], theirs['cpu_ms_per_cycle']):.2f} | "
-            f"{ours['rss_end_mib']:.1f} ({ours['rss_end_mib'] - ours['rss_start_mib']:+.1f}) | "
-            f"{theirs['rss_end_mib']:.1f} ({theirs['rss_end_mib'] - theirs['rss_start_mib']:+.1f}) | "
+            f"{_ratio(ours['cpu_ms_per_cycle'], theirs['cpu_ms_per_cycle']):.3f} | "
+            f"{ours['rss_end_mib']:.1f} | {theirs['rss_end_mib']:.1f} | "
             f"{_ratio(ours['rss_end_mib'], theirs['rss_end_mib']):.2f} |"
+        )
+    print(
+        f"\ngfd's RSS growth, 10 ms interval, {report['growth_cycles']} cycles after {WARM_UP_CYCLES}:\n"
+    )
+    print("| GPUs | MIG strategy | RSS at cycle 10 | RSS at the end | growth | CPU ms/cycle |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for row in report["rows"]:
+        grown = row["growth"]
+        print(
+            f"| {row['gpus']} | {row['strategy']} | {grown['rss_start_mib']:.1f} MiB | "
+            f"{grown['rss_end_mib']:.1f} MiB | {grown['rss_end_mib'] - grown['rss_start_mib']:+.2f} MiB | "
+            f"{grown['cpu_ms_per_cycle']:.2f} |"
+        )
+    for row in report["rows"]:
+        bare = row.get("reference_without_pci_tree")
+        if bare is None:
+            continue
+        ours = row["oneshot"]["gfd"]
+        loop = row["periodic"]["gfd"]
+        print(
+            f"\nThe reference without the PCI tree, {row['gpus']} GPUs, --mig-strategy {row['strategy']}:\n"
+        )
+        print("| | reference | gfd (with the tree) | gfd / reference |")
+        print("|---|---:|---:|---:|")
+        print(
+            f"| one-shot wall | {bare['oneshot']['wall_s'] * 1000:.0f} ms | {ours['wall_s'] * 1000:.0f} ms | "
+            f"{_ratio(ours['wall_s'], bare['oneshot']['wall_s']):.2f} |"
+        )
+        print(
+            f"| one-shot peak RSS | {bare['oneshot']['peak_rss_mib']:.1f} MiB | {ours['peak_rss_mib']:.1f} MiB | "
+            f"{_ratio(ours['peak_rss_mib'], bare['oneshot']['peak_rss_mib']):.2f} |"
+        )
+        print(
+            f"| CPU per cycle | {bare['periodic']['cpu_ms_per_cycle']:.2f} ms | {loop['cpu_ms_per_cycle']:.2f} ms | "
+            f"{_ratio(loop['cpu_ms_per_cycle'], bare['periodic']['cpu_ms_per_cycle']):.2f} |"
+        )
+        print(
+            f"| RSS in the loop | {bare['periodic']['rss_end_mib']:.1f} MiB | {loop['rss_end_mib']:.1f} MiB | "
+            f"{_ratio(loop['rss_end_mib'], bare['periodic']['rss_end_mib']):.2f} |"
         )
 
 

@@ -148,6 +148,11 @@ class Agent:
         self._derive = derive
         self._monotonic = monotonic
         self._warned: set[tuple[str, str]] = set()
+        #: (facts, labels, annotations) of the last cycle whose labels were computed in
+        #: full: labels are a function of facts and options, and the options of an agent
+        #: never change (a reload makes a new agent), so equal facts reuse them.
+        self._last_computed: tuple[NodeFacts, LabelSet, Mapping[str, str]] | None = None
+        self._topology_withheld = False
 
     def cycle(self) -> CycleOutcome:
         """Read, label, publish once."""
@@ -185,9 +190,7 @@ class Agent:
             return _internal_failure("reading the facts", exc)
         self._telemetry.nvml_up(True)
         try:
-            label_set, annotations = compute_labels(
-                facts, self.options, derive=self._derive_or_withhold
-            )
+            label_set, annotations = self._labels_of(facts)
         except GfdError as exc:
             # Facts that contradict the configuration (MPS sharing on a MIG-enabled
             # GPU); a topology the facts cannot describe is withheld above instead.
@@ -202,12 +205,27 @@ class Agent:
         publication = Publication(labels=dict(label_set.labels), annotations=dict(annotations))
         return self._publish(publication)
 
+    def _labels_of(self, facts: NodeFacts) -> tuple[LabelSet, Mapping[str, str]]:
+        last = self._last_computed
+        # The reader hands back the same objects for what it did not re-read, so this
+        # comparison is mostly identity checks.
+        if last is not None and last[0] == facts:
+            return last[1], last[2]
+        self._topology_withheld = False
+        label_set, annotations = compute_labels(
+            facts, self.options, derive=self._derive_or_withhold
+        )
+        # A withheld topology is retried (and counted) every cycle, not remembered.
+        self._last_computed = None if self._topology_withheld else (facts, label_set, annotations)
+        return label_set, annotations
+
     def _derive_or_withhold(self, facts: NodeFacts) -> Derived:
         """The topology part of a cycle. When it fails, only the topology labels and the
         matrix annotation are withheld: the GFD-compatible labels are still published."""
         try:
             return self._derive(facts)
         except Exception as exc:  # whatever the builder raised
+            self._topology_withheld = True
             self._telemetry.topology_failed()
             reason = f"{type(exc).__name__}: {exc}"
             if ("topology", reason) not in self._warned:

@@ -122,15 +122,29 @@ class NodeReader:
     #: (call, cause) of absent optional NVML facts already logged: once per process.
     _reported: set[tuple[str, str]] = field(default_factory=set, compare=False, repr=False)
 
-    def __call__(self) -> NodeFacts:
-        from gfd.nvml.reader import read_facts
+    #: Holds the :class:`gfd.nvml.reader.NvmlReader` made by the first read, so that its
+    #: NVML session and what it cached outlive one cycle (a holder: the class is frozen).
+    _nvml: list[Any] = field(default_factory=list, compare=False, repr=False)
 
-        return read_facts(
-            library_path=self.library_path,
-            sysfs_root=self.sysfs_root,
-            machine_type_file=self.machine_type_file,
-            on_absent=self._report_absent,
-        )
+    def __call__(self) -> NodeFacts:
+        if not self._nvml:
+            from gfd.nvml.reader import NvmlReader
+
+            self._nvml.append(
+                NvmlReader(
+                    library_path=self.library_path,
+                    sysfs_root=self.sysfs_root,
+                    machine_type_file=self.machine_type_file,
+                    on_absent=self._report_absent,
+                )
+            )
+        facts: NodeFacts = self._nvml[0].read()
+        return facts
+
+    def close(self) -> None:
+        """Shut down the NVML session this reader holds between cycles, if any."""
+        if self._nvml:
+            self._nvml[0].close()
 
     def _report_absent(self, call: str, cause: str) -> None:
         if (call, cause) in self._reported:
@@ -159,13 +173,21 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
 
         check_facts_file(settings.simulate)
         with simulate(settings.simulate) as machine:
-            yield NodeReader(
+            reader = NodeReader(
                 sysfs_root=machine.sysfs_root,
                 machine_type_file=machine.machine_type_file,
                 library_path=machine.library_path,
             )
+            try:
+                yield reader
+            finally:
+                reader.close()
         return
-    yield host_reader(settings)
+    reader = host_reader(settings)
+    try:
+        yield reader
+    finally:
+        reader.close()
 
 
 def check_facts_file(name_or_path: str) -> None:
@@ -454,12 +476,17 @@ def command_run(
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
     previous = _install_signal_handlers(control)
+    #: Host readers made for the settings of each (re)load; each may hold an NVML session.
+    opened: list[NodeReader] = []
     try:
         with facts_source(settings) as simulated:
             # The simulator is fixed for the process (--simulate is a flag); a host
             # reader follows the machine-type file and sysfs root of each reload.
             def reader_for(chosen: Settings) -> NodeReader:
-                return simulated if chosen.simulate else host_reader(chosen)
+                if chosen.simulate:
+                    return simulated
+                opened.append(host_reader(chosen))
+                return opened[-1]
 
             built = factory.build(settings, stdout)
             factory.adopt(built)
@@ -505,6 +532,8 @@ def command_run(
             agent.close()
             return EXIT_OK
     finally:
+        for reader in opened:
+            reader.close()
         _restore_signal_handlers(previous)
         factory.close()
         endpoint.close()

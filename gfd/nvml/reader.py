@@ -28,7 +28,7 @@ import contextlib
 import ctypes
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -48,6 +48,7 @@ from gfd.facts import (
     NvLink,
     NvLinkP2P,
     PciPair,
+    VgpuInfo,
     cpulist_from_ids,
 )
 from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded, read_bounded_text
@@ -270,28 +271,158 @@ def read_facts(
     machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
     on_absent: Callable[[str, str], None] | None = None,
 ) -> NodeFacts:
-    """Read every fact gfd uses from NVML and sysfs in one pass.
+    """Read every fact gfd uses from NVML and sysfs in one pass, on an NVML session of its own.
 
     ``on_absent(call, cause)`` hears of each optional call whose fact is absent and why
     (``NVML_ERROR_FUNCTION_NOT_FOUND``...), once per call per read.
     """
-    with _library_lock:
-        _select_library(library_path)
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            raise _as_gfd_error("nvmlInit", exc) from exc
-        session = _Session()
-        try:
-            facts = _read_all(session, sysfs_root, machine_type_file)
-        finally:
-            # A failed shutdown cannot be acted on; the read result (or error) stands.
-            with contextlib.suppress(pynvml.NVMLError):
-                pynvml.nvmlShutdown()
-    if on_absent is not None:
-        for call, cause in session.absences.items():
-            on_absent(call, cause)
-    return facts
+    reader = NvmlReader(
+        library_path=library_path,
+        sysfs_root=sysfs_root,
+        machine_type_file=machine_type_file,
+        on_absent=on_absent,
+    )
+    try:
+        return reader.read()
+    finally:
+        reader.close()
+
+
+#: The reader whose NVML session is open (pynvml's state is per process: one at a time).
+_session_owner: NvmlReader | None = None
+
+
+class NvmlReader:
+    """Reads the facts cycle after cycle on one NVML session, re-reading only what can change.
+
+    A periodic agent asks the same questions every cycle, and most answers cannot change
+    while NVML stays initialised and a GPU keeps its UUID: its name, PCI identity, memory,
+    compute capability, CPU affinity, NUMA node, link count, the PCIe ancestors of each
+    pair, the sysfs vGPU facts. Those are read once per session (:class:`_ReadCache`).
+    Every read still asks, each time: the driver and CUDA versions, the device count, each
+    GPU's name and UUID (its identity), its MIG mode and MIG devices (by slot: handle,
+    name, UUID), each NVLink's state, and the fabric state, so a driver, device-count,
+    MIG or link change is seen by the next read. A GPU whose UUID changed is read anew,
+    and so is everything after any NVML error: the session is shut down and the next read
+    starts a fresh one with nothing remembered. Every ``FULL_READ_EVERY`` reads the cache
+    is dropped anyway, so a fact that changed behind a stable UUID lasts at most that long.
+
+    The first read of a session makes exactly the calls :func:`read_facts` makes, in the
+    same order. :meth:`close` shuts NVML down (the agent calls it on stop and reload);
+    another reader, or :func:`read_facts`, taking the library closes this one's session.
+    """
+
+    #: Reads between two whole re-reads of a session (at the default 60 s: about an hour).
+    FULL_READ_EVERY = 64
+
+    def __init__(
+        self,
+        *,
+        library_path: str | Path | None = None,
+        sysfs_root: Path = DEFAULT_SYSFS_ROOT,
+        machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
+        on_absent: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.library_path = library_path
+        self.sysfs_root = sysfs_root
+        self.machine_type_file = machine_type_file
+        self.on_absent = on_absent
+        self._cache = _ReadCache()
+        self._reads_in_session = 0
+        #: NVML calls made by the last read (tests and benchmarks compare them).
+        self.last_calls = 0
+
+    def read(self) -> NodeFacts:
+        global _session_owner
+        with _library_lock:
+            if _session_owner is not self or self._reads_in_session >= self.FULL_READ_EVERY:
+                if _session_owner is not None:
+                    _session_owner._shut_down()
+                _select_library(self.library_path)
+                try:
+                    pynvml.nvmlInit()
+                except pynvml.NVMLError as exc:
+                    raise _as_gfd_error("nvmlInit", exc) from exc
+                _session_owner = self
+                self._cache = _ReadCache()
+                self._reads_in_session = 0
+            session = _Session()
+            try:
+                facts = _read_all(session, self.sysfs_root, self.machine_type_file, self._cache)
+            except BaseException:
+                # After any error nothing read in this session is trusted.
+                self._shut_down()
+                raise
+            finally:
+                self.last_calls = session.calls
+            self._reads_in_session += 1
+        if self.on_absent is not None:
+            for call, cause in session.absences.items():
+                self.on_absent(call, cause)
+        return facts
+
+    def close(self) -> None:
+        """Shut this reader's NVML session down, if it has one open."""
+        with _library_lock:
+            self._shut_down()
+
+    def _shut_down(self) -> None:
+        global _session_owner
+        if _session_owner is not self:
+            return
+        _session_owner = None
+        self._cache = _ReadCache()
+        # A failed shutdown cannot be acted on; the read result (or error) stands.
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+class _Unread:
+    """A cached fact not asked yet (distinct from None, which is "absent")."""
+
+
+_UNREAD: Any = _Unread()
+
+
+@dataclass
+class _GpuStatic:
+    """The facts of one GPU (by UUID) that cannot change while an NVML session lasts."""
+
+    name: str
+    bus_id: str
+    pci_device_id: int | None
+    pci_class: int | None
+    memory_total_bytes: int | None
+    compute_major: int | None
+    compute_minor: int | None
+    architecture: int | None
+    brand: int | None
+    numa_node: int | None
+    gpu_numa_id: int | None
+    cpu_affinity: str | None
+    link_count: Any = _UNREAD
+    nvlink_version: Any = _UNREAD
+    mig_slots: Any = _UNREAD
+    #: GPU instance profiles of a MIG-enabled GPU (see _gpu_instance_profiles).
+    profiles: Any = _UNREAD
+    #: (remote bus id, remote type) of each link while it stays active.
+    remotes: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    #: MIG devices by (slot, UUID): a MIG device keeps its facts while it exists.
+    migs: dict[tuple[int, str], MigDevice] = field(default_factory=dict)
+
+
+@dataclass
+class _ReadCache:
+    """What one NVML session has read that cannot change while it lasts."""
+
+    gpus: dict[str, _GpuStatic] = field(default_factory=dict)
+    #: The bus ids of the GPUs (in index order) the pairs and vGPU facts below belong to.
+    pairs_of: tuple[str, ...] | None = None
+    pairs: tuple[PciPair, ...] = ()
+    p2p_of: tuple[tuple[str, ...], tuple[int, ...]] | None = None
+    p2p: tuple[NvLinkP2P, ...] = ()
+    vgpu_of: tuple[str, ...] | None = None
+    vgpu: VgpuInfo | None = None
 
 
 def read_facts_without_nvml(
@@ -307,7 +438,9 @@ def read_facts_without_nvml(
     return NodeFacts(machine_type=_read_machine_type(machine_type_file), vgpu=read_vgpu(sysfs_root))
 
 
-def _read_all(nv: _Session, sysfs_root: Path, machine_type_file: Path) -> NodeFacts:
+def _read_all(
+    nv: _Session, sysfs_root: Path, machine_type_file: Path, cache: _ReadCache
+) -> NodeFacts:
     driver = nv.unsupported_absent("nvmlSystemGetDriverVersion", pynvml.nvmlSystemGetDriverVersion)
     cuda = nv.unsupported_absent(
         "nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion
@@ -317,8 +450,36 @@ def _read_all(nv: _Session, sysfs_root: Path, machine_type_file: Path) -> NodeFa
         nv.required("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i)
         for i in range(count)
     ]
-    gpus = tuple(_read_gpu(nv, i, h, sysfs_root) for i, h in enumerate(handles))
+    gpus = tuple(_read_gpu(nv, i, h, sysfs_root, cache) for i, h in enumerate(handles))
+    if len(cache.gpus) > len(gpus):
+        present = {gpu.uuid for gpu in gpus}
+        cache.gpus = {uuid: known for uuid, known in cache.gpus.items() if uuid in present}
+    buses = tuple(gpu.bus_id for gpu in gpus)
+    if cache.pairs_of != buses:
+        cache.pairs = _read_pairs(nv, handles)
+        cache.pairs_of = buses
+    fabrics = (buses, tuple(_switch_fabrics(gpus)))
+    if cache.p2p_of != fabrics:
+        cache.p2p = _read_nvlink_p2p(nv, handles, gpus)
+        cache.p2p_of = fabrics
+    if cache.vgpu_of != buses:
+        cache.vgpu = read_vgpu(sysfs_root)
+        cache.vgpu_of = buses
+    return NodeFacts(
+        driver_version=_text(driver) if driver is not None else None,
+        cuda_driver_version=int(cuda) if cuda is not None else None,
+        machine_type=_read_machine_type(machine_type_file),
+        gpus=gpus,
+        pci_pairs=cache.pairs,
+        nvlink_p2p=cache.p2p,
+        vgpu=cache.vgpu,
+    )
+
+
+def _read_pairs(nv: _Session, handles: list[Any]) -> tuple[PciPair, ...]:
+    """The PCIe common ancestor of each pair of GPUs a < b."""
     pairs: list[PciPair] = []
+    count = len(handles)
     for a in range(count):
         for b in range(a + 1, count):
             level = nv.optional(
@@ -337,16 +498,7 @@ def _read_all(nv: _Session, sysfs_root: Path, machine_type_file: Path) -> NodeFa
                     f"GPUs {a} and {b}: level {level} is not a known nvmlGpuTopologyLevel_t",
                 )
             pairs.append(PciPair(a=a, b=b, level=_LEVEL_NAMES[level]))  # type: ignore[arg-type]
-    nvlink_p2p = _read_nvlink_p2p(nv, handles, gpus)
-    return NodeFacts(
-        driver_version=_text(driver) if driver is not None else None,
-        cuda_driver_version=int(cuda) if cuda is not None else None,
-        machine_type=_read_machine_type(machine_type_file),
-        gpus=gpus,
-        pci_pairs=tuple(pairs),
-        nvlink_p2p=nvlink_p2p,
-        vgpu=read_vgpu(sysfs_root),
-    )
+    return tuple(pairs)
 
 
 def _switch_fabrics(gpus: tuple[Gpu, ...]) -> list[int]:
@@ -427,9 +579,55 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path) -> Gpu:
+def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path, cache: _ReadCache) -> Gpu:
     name = _text(nv.required("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
     uuid = _text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+    static = cache.gpus.get(uuid)
+    if static is None or static.name != name:
+        static = _read_gpu_static(nv, handle, name, sysfs_root)
+        cache.gpus[uuid] = static
+    mig = nv.optional("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle)
+    links = _read_nvlinks(nv, handle, static)
+    if links and static.nvlink_version is _UNREAD:
+        version = nv.optional(
+            "nvmlDeviceGetNvLinkVersion", pynvml.nvmlDeviceGetNvLinkVersion, handle, 0
+        )
+        static.nvlink_version = int(version) if version is not None else None
+    return Gpu(
+        index=index,
+        name=name,
+        uuid=uuid,
+        bus_id=static.bus_id,
+        pci_device_id=static.pci_device_id,
+        pci_class=static.pci_class,
+        memory_total_bytes=static.memory_total_bytes,
+        compute_major=static.compute_major,
+        compute_minor=static.compute_minor,
+        architecture=static.architecture,
+        brand=static.brand,
+        numa_node=static.numa_node,
+        gpu_numa_id=static.gpu_numa_id,
+        cpu_affinity=static.cpu_affinity,
+        mig_mode_current=bool(mig[0]) if mig is not None else None,
+        mig_mode_pending=bool(mig[1]) if mig is not None else None,
+        mig_devices=_mig_devices_if_enabled(nv, handle, static, mig),
+        nvlink_version=static.nvlink_version if links else None,
+        nvlinks=links,
+        fabric=_read_fabric(nv, handle),
+    )
+
+
+def _mig_devices_if_enabled(
+    nv: _Session, handle: Any, static: _GpuStatic, mig: Any
+) -> tuple[MigDevice, ...]:
+    if mig is not None and mig[0]:
+        return _read_mig_devices(nv, handle, static)
+    static.migs.clear()
+    return ()
+
+
+def _read_gpu_static(nv: _Session, handle: Any, name: str, sysfs_root: Path) -> _GpuStatic:
+    """The facts of a GPU that last as long as its NVML session and UUID."""
     pci = nv.required("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo_v3, handle)
     bus_id = _text(pci.busId).upper()
     memory = nv.unsupported_absent(
@@ -446,18 +644,9 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path) -> Gpu:
     affinity = nv.optional(
         "nvmlDeviceGetCpuAffinity", pynvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS
     )
-    mig = nv.optional("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle)
-    links = _read_nvlinks(nv, handle)
-    nvlink_version = None
-    if links:
-        nvlink_version = nv.optional(
-            "nvmlDeviceGetNvLinkVersion", pynvml.nvmlDeviceGetNvLinkVersion, handle, 0
-        )
     sysfs_dir = sysfs_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
-    return Gpu(
-        index=index,
+    return _GpuStatic(
         name=name,
-        uuid=uuid,
         bus_id=bus_id,
         # 0 is no real device id: NVML leaves it zero when it cannot tell.
         pci_device_id=int(pci.pciDeviceId) or None,
@@ -470,27 +659,28 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path) -> Gpu:
         numa_node=_read_numa_node(sysfs_dir / "numa_node"),
         gpu_numa_id=int(gpu_numa) if gpu_numa is not None else None,
         cpu_affinity=_affinity_to_cpulist(affinity) if affinity is not None else None,
-        mig_mode_current=bool(mig[0]) if mig is not None else None,
-        mig_mode_pending=bool(mig[1]) if mig is not None else None,
-        mig_devices=_read_mig_devices(nv, handle) if mig is not None and mig[0] else (),
-        nvlink_version=int(nvlink_version) if nvlink_version is not None else None,
-        nvlinks=links,
-        fabric=_read_fabric(nv, handle),
     )
 
 
-def _read_nvlinks(nv: _Session, handle: Any) -> tuple[NvLink, ...]:
-    count = _nvlink_count(nv, handle)
+def _read_nvlinks(nv: _Session, handle: Any, static: _GpuStatic) -> tuple[NvLink, ...]:
+    if static.link_count is _UNREAD:
+        static.link_count = _nvlink_count(nv, handle)
     links: list[NvLink] = []
-    for link in range(count):
+    for link in range(static.link_count):
         state = nv.optional(
             "nvmlDeviceGetNvLinkState", pynvml.nvmlDeviceGetNvLinkState, handle, link
         )
         if state is None:
+            static.remotes.pop(link, None)
             continue
         active = bool(state)
         remote_bus = remote_type = None
-        if active:
+        if not active:
+            # What a link reaches is asked again when it comes back: it may be recabled.
+            static.remotes.pop(link, None)
+        elif link in static.remotes:
+            remote_bus, remote_type = static.remotes[link]
+        else:
             remote = nv.optional(
                 "nvmlDeviceGetNvLinkRemotePciInfo",
                 pynvml.nvmlDeviceGetNvLinkRemotePciInfo,
@@ -505,6 +695,7 @@ def _read_nvlinks(nv: _Session, handle: Any) -> tuple[NvLink, ...]:
             )
             remote_bus = _text(remote.busId).upper() if remote is not None else None
             remote_type = _REMOTE_TYPE_NAMES.get(int(kind), "unknown") if kind is not None else None
+            static.remotes[link] = (remote_bus, remote_type)
         links.append(
             NvLink(index=link, active=active, remote_bus_id=remote_bus, remote_type=remote_type)  # type: ignore[arg-type]
         )
@@ -534,14 +725,21 @@ def _nvlink_count(nv: _Session, handle: Any) -> int:
     return count
 
 
-def _read_mig_devices(nv: _Session, handle: Any) -> tuple[MigDevice, ...]:
-    """The MIG devices of a MIG-enabled GPU, by MIG index; empty slots are skipped."""
-    slots = nv.required(
-        "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
-    )
-    profiles: dict[int, tuple[int, Any]] | None = None
+def _read_mig_devices(nv: _Session, handle: Any, static: _GpuStatic) -> tuple[MigDevice, ...]:
+    """The MIG devices of a MIG-enabled GPU, by MIG index; empty slots are skipped.
+
+    Each slot's handle, name and UUID are asked every read, so a MIG device created,
+    destroyed or re-created (a new UUID) is seen at once; the rest of a MIG device's
+    facts are kept per (slot, UUID) for the session.
+    """
+    if static.mig_slots is _UNREAD:
+        static.mig_slots = int(
+            nv.required(
+                "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
+            )
+        )
     devices: list[MigDevice] = []
-    for index in range(int(slots)):
+    for index in range(static.mig_slots):
         mig = nv.absent_on(
             "nvmlDeviceGetMigDeviceHandleByIndex",
             (pynvml.NVML_ERROR_NOT_FOUND,),
@@ -551,9 +749,16 @@ def _read_mig_devices(nv: _Session, handle: Any) -> tuple[MigDevice, ...]:
         )
         if mig is None:
             continue
-        if profiles is None:
-            profiles = _gpu_instance_profiles(nv, handle)
-        devices.append(_read_mig_device(nv, handle, index, mig, profiles))
+        if static.profiles is _UNREAD:
+            static.profiles = _gpu_instance_profiles(nv, handle)
+        name = _text(nv.required("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, mig))
+        uuid = _text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
+        known = static.migs.get((index, uuid))
+        if known is None or known.name != name:
+            known = _read_mig_device(nv, handle, index, mig, name, uuid, static.profiles)
+        devices.append(known)
+    # Only what exists now is kept: MIG devices that come and go do not pile up.
+    static.migs = {(device.index, device.uuid): device for device in devices}
     return tuple(devices)
 
 
@@ -596,10 +801,14 @@ def _gpu_instance_profiles(nv: _Session, handle: Any) -> dict[int, tuple[int, An
 
 
 def _read_mig_device(
-    nv: _Session, parent: Any, index: int, mig: Any, profiles: dict[int, tuple[int, Any]]
+    nv: _Session,
+    parent: Any,
+    index: int,
+    mig: Any,
+    name: str,
+    uuid: str,
+    profiles: dict[int, tuple[int, Any]],
 ) -> MigDevice:
-    name = _text(nv.required("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, mig))
-    uuid = _text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, mig))
     memory = nv.required("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, mig)
     gi_id = int(nv.required("nvmlDeviceGetGpuInstanceId", pynvml.nvmlDeviceGetGpuInstanceId, mig))
     ci_id = int(

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from gfd.agent import Agent, compute_labels
 from gfd.labels import LabelOptions, validated
 from gfd.metrics import AgentTelemetry
-from gfd.nvml.reader import read_facts
+from gfd.nvml.reader import NvmlReader, read_facts
 from gfd.sim import CallError, Faults, GpuLost, SimulatedMachine, load_profile, simulate
 from gfd.sim.faults import NVML_ERROR_CODES
 from gfd.sinks import Publication
@@ -146,9 +146,12 @@ def test_driver_not_loaded_with_fail_on_init_error_exits_with_one_line(tmp_path:
 def test_gpu_lost_mid_read_keeps_the_last_labels_everywhere(
     tmp_path: Path, emulator: ApiServerEmulator, cluster: object, kubeconfig: Path
 ) -> None:
-    per_read = calls_on_gpu_per_read("dgx-h100", gpu=2)
+    first = calls_on_gpu_before("dgx-h100", gpu=2, reads=1)
+    second = calls_on_gpu_before("dgx-h100", gpu=2, reads=2) - first
+    assert 0 < second < first  # the second read asks less: the session cached the rest
     # The first read completes; the second loses GPU 2 halfway through.
-    profile = write_profile(tmp_path, {"gpu_lost": [{"gpu": 2, "after_calls": per_read * 3 // 2}]})
+    lost_after = first + second // 2
+    profile = write_profile(tmp_path, {"gpu_lost": [{"gpu": 2, "after_calls": lost_after}]})
     output = tmp_path / "gfd"
     with AgentProcess(
         "--simulate", str(profile), "--sleep-interval", "1s", "--no-timestamp", "-o", str(output),
@@ -244,20 +247,29 @@ def _reader(machine: SimulatedMachine) -> Callable[[], Any]:
     )
 
 
-def calls_on_gpu_per_read(profile: str, *, gpu: int) -> int:
-    """How many NVML calls one read makes on ``gpu`` (the smallest loss a read survives)."""
+def calls_on_gpu_before(profile: str, *, gpu: int, reads: int) -> int:
+    """How many NVML calls the first ``reads`` reads of one agent's session make on ``gpu``
+    (the smallest loss they survive). A session's later reads ask less than its first."""
     base = load_profile(profile)
     low, high = 0, 4096
     while low < high:
         middle = (low + high) // 2
         faults = Faults(gpu_lost=(GpuLost(gpu=gpu, after_calls=middle),))
         with simulate(dataclasses.replace(base, faults=faults)) as machine:
+            reader = NvmlReader(
+                library_path=machine.library_path,
+                sysfs_root=machine.sysfs_root,
+                machine_type_file=machine.machine_type_file,
+            )
             try:
-                _reader(machine)()
+                for _ in range(reads):
+                    reader.read()
                 high = middle
             except Exception:
                 low = middle + 1
-    assert low < 4096, "the read never completed"
+            finally:
+                reader.close()
+    assert low < 4096, "the reads never completed"
     return low
 
 
