@@ -14,8 +14,9 @@ import sys
 import pytest
 
 from gfd.facts import PCI_LEVELS, NodeFacts, NvLink, PciPair
-from gfd.topology import _builder, build_from_input, build_topology, python_builder, topology_input
+from gfd.topology import build_from_input, build_topology, python_builder, topology_input
 from gfd.topology.compact import _REMOTE_CODES
+from gfd.topology.extension import c_extension
 from gfd.topology.synthetic import generated_machine
 
 
@@ -105,6 +106,7 @@ def faulty_variants(facts: NodeFacts) -> dict[str, NodeFacts]:
 @pytest.mark.parametrize("wiring", ["nvswitch", "mesh"])
 def test_c_encoder_and_cells_keep_every_reference_count(wiring: str) -> None:
     """No reference is leaked or lost, on success and wherever the encoder gives up."""
+    _builder = c_extension()
     # 260 GPUs: indices past 256 are ints of their own, not the interpreter's shared ones.
     facts = with_fresh_strings(generated_machine(260, wiring=wiring))  # type: ignore[arg-type]
     for name, variant in faulty_variants(facts).items():
