@@ -1,6 +1,8 @@
 """Build the two C parts of gfd; everything else is declared in pyproject.toml.
 
-- ``gfd.topology._builder``: a CPython extension that builds the GPU topology matrix.
+- ``gfd.topology._builder``: a CPython extension that builds the GPU topology matrix,
+  from the ``gfd/topology/_*.c`` files (builder, facts encoder, matrix cells) and their
+  one internal header ``_builder.h``.
 - ``gfd.sim._nvmlsim``: a plain shared library (built as an extension only so that
   setuptools compiles and installs it) that exports the NVML C ABI for the simulator.
   It is compiled against the real ``nvml.h`` from the ``nvidia-nvml-dev`` wheel, from
@@ -43,7 +45,12 @@ setup(
     ext_modules=[
         Extension(
             "gfd.topology._builder",
-            sources=["gfd/topology/_builder.c"],
+            sources=[
+                "gfd/topology/_builder.c",
+                "gfd/topology/_cells.c",
+                "gfd/topology/_encode.c",
+            ],
+            depends=["gfd/topology/_builder.h"],
             extra_compile_args=STRICT_C,
         ),
         Extension(

@@ -1,11 +1,13 @@
-"""Topology benchmark: the C builder against its Python twin, and the NVML cost of topology.
+"""Topology benchmark: the C path against the pure-Python one, end to end, and NVML's cost.
 
-Part 1 times, in one process, the three stages of
-``build_topology`` on generated machines (``gfd.topology.synthetic``) of 8, 72, 576
-and 1024 GPUs: encoding facts into the compact input (shared by both builders), the
-C builder and the Python builder, each as the median of repeated runs; the two
-builders are timed side by side, in alternating rounds, so that a change in machine
-load affects both alike.
+Part 1 times, in one process, the whole topology path on generated machines
+(``gfd.topology.synthetic``) of 8, 64, 256 and 1024 GPUs, NVSwitch and cube-mesh
+wiring: facts → compact input → builder → labels, node annotation and JSON
+(``topology_labels``, ``to_annotation``, ``topology_to_json``), once with every step in
+C (``implementation="c"``, what the agent and the CLI run) and once with every step
+in Python. Each is the median of repeated runs, the two timed in alternating rounds
+so that a change in machine load affects both alike; so is each stage (encode, build,
+outputs) on its own. Before timing, the two paths must give equal outputs.
 
 Part 2 serves the bundled ``dgx-h100`` profile through the NVML simulator and times
 the whole reader pass, then each NVML call the reader makes to gather topology
@@ -32,10 +34,22 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gfd.topology import build_from_input, build_topology, topology_input  # noqa: E402
+from gfd.facts import NodeFacts  # noqa: E402
+from gfd.labels.topology import topology_labels  # noqa: E402
+from gfd.topology import (  # noqa: E402
+    Implementation,
+    Topology,
+    TopologyInput,
+    build_from_input,
+    build_topology,
+    to_annotation,
+    topology_input,
+    topology_to_json,
+)
 from gfd.topology.synthetic import Wiring, generated_machine  # noqa: E402
 
-SIZES = (8, 72, 576, 1024)
+SIZES = (8, 64, 256, 1024)
+STAGES = ("encode", "build", "outputs")
 WIRINGS: tuple[Wiring, ...] = ("nvswitch", "mesh")
 DEFAULT_JSON = ROOT / "bench" / "results" / "topology.json"
 
@@ -86,35 +100,64 @@ def interleaved_medians(
     )
 
 
-def bench_builders(quick: bool) -> list[dict[str, Any]]:
+def outputs(topology: Topology, implementation: Implementation) -> tuple[object, ...]:
+    """What the agent and the CLI make of a topology: labels, annotation, JSON."""
+    return (
+        topology_labels(topology),
+        to_annotation(topology, implementation=implementation),
+        topology_to_json(topology, implementation=implementation),
+    )
+
+
+def end_to_end(facts: NodeFacts, implementation: Implementation) -> tuple[object, ...]:
+    return outputs(build_topology(facts, implementation=implementation), implementation)
+
+
+def stage_actions(
+    facts: NodeFacts, compact: TopologyInput, topology: Topology, implementation: Implementation
+) -> dict[str, Callable[[], object]]:
+    return {
+        "encode": partial(topology_input, facts, implementation=implementation),
+        "build": partial(build_from_input, compact, implementation=implementation),
+        "outputs": partial(outputs, topology, implementation),
+    }
+
+
+def bench_end_to_end(quick: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     budget = 0.2 if quick else 1.0
+    rounds = 3 if quick else 7
     for wiring in WIRINGS:
         for n in SIZES:
             facts = generated_machine(n, wiring=wiring)
+            if end_to_end(facts, "c") != end_to_end(facts, "python"):
+                raise SystemExit(f"the C and Python paths disagree on {n} GPUs ({wiring})")
             compact = topology_input(facts)
-            c_result = build_from_input(compact, implementation="c")
-            if c_result != build_from_input(compact, implementation="python"):
-                raise SystemExit(f"C and Python builders disagree on {n} GPUs ({wiring})")
-            encode_s, encode_runs = median_seconds(
-                partial(topology_input, facts), min_runs=3, max_runs=50, budget_s=budget
-            )
+            topology = build_from_input(compact)
             c_s, python_s, c_runs, python_runs = interleaved_medians(
-                partial(build_from_input, compact, implementation="c"),
-                partial(build_from_input, compact, implementation="python"),
-                rounds=3 if quick else 7,
+                partial(end_to_end, facts, "c"),
+                partial(end_to_end, facts, "python"),
+                rounds=rounds,
                 budget_s=budget,
             )
+            c_stages = stage_actions(facts, compact, topology, "c")
+            python_stages = stage_actions(facts, compact, topology, "python")
+            stages: dict[str, dict[str, float]] = {}
+            for stage in STAGES:
+                c_stage_s, python_stage_s, _, _ = interleaved_medians(
+                    c_stages[stage], python_stages[stage], rounds=rounds, budget_s=budget
+                )
+                stages[stage] = {"c_ms": c_stage_s * 1e3, "python_ms": python_stage_s * 1e3}
             rows.append(
                 {
                     "gpus": n,
                     "wiring": wiring,
-                    "interconnect": c_result.summary.interconnect,
-                    "encode_ms": encode_s * 1e3,
+                    "interconnect": topology.summary.interconnect,
                     "c_ms": c_s * 1e3,
                     "python_ms": python_s * 1e3,
                     "ratio": python_s / c_s,
-                    "runs": {"encode": encode_runs, "c": c_runs, "python": python_runs},
+                    "stages": stages,
+                    "runs": {"c": c_runs, "python": python_runs},
                 }
             )
     return rows
@@ -124,7 +167,6 @@ def bench_nvml(quick: bool) -> dict[str, Any]:
     """Reader pass and topology NVML calls on the simulated dgx-h100."""
     import pynvml
 
-    from gfd.facts import NodeFacts
     from gfd.nvml.reader import CPU_AFFINITY_WORDS, FIELD_NVLINK_LINK_COUNT, read_facts
     from gfd.sim import simulate
 
@@ -239,13 +281,20 @@ def _call_row(name: str, count: int, seconds: float) -> dict[str, Any]:
     }
 
 
-def print_report(builders: list[dict[str, Any]], nvml: dict[str, Any] | None) -> None:
-    print("Topology build, median of repeated runs (same process)")
-    print(f"{'GPUs':>5} {'wiring':<9} {'encode ms':>10} {'C ms':>9} {'Python ms':>10} {'ratio':>7}")
-    for row in builders:
+def print_report(paths: list[dict[str, Any]], nvml: dict[str, Any] | None) -> None:
+    print("Topology end to end (facts -> labels, annotation, JSON), median ms (same process)")
+    print(
+        f"{'GPUs':>5} {'wiring':<9} {'C':>8} {'Python':>9} {'ratio':>7}   "
+        + "  ".join(f"{stage + ' C/Py':>17}" for stage in STAGES)
+    )
+    for row in paths:
+        stages = "  ".join(
+            f"{row['stages'][stage]['c_ms']:>8.3f}/{row['stages'][stage]['python_ms']:<8.2f}"
+            for stage in STAGES
+        )
         print(
-            f"{row['gpus']:>5} {row['wiring']:<9} {row['encode_ms']:>10.3f} "
-            f"{row['c_ms']:>9.3f} {row['python_ms']:>10.2f} {row['ratio']:>6.1f}x"
+            f"{row['gpus']:>5} {row['wiring']:<9} {row['c_ms']:>8.3f} {row['python_ms']:>9.2f} "
+            f"{row['ratio']:>6.1f}x   {stages}"
         )
     if nvml is None:
         return
@@ -259,7 +308,9 @@ def print_report(builders: list[dict[str, Any]], nvml: dict[str, Any] | None) ->
         )
     print(f"{'topology calls, total':<45} {'':>6} {nvml['topology_calls_ms']:>9.3f}")
     print(f"{'whole reader pass (read_facts)':<45} {'':>6} {nvml['read_facts_ms']:>9.3f}")
-    print(f"{'build_topology (encode + C builder)':<45} {'':>6} {nvml['build_topology_ms']:>9.3f}")
+    print(
+        f"{'build_topology (C encoder + C builder)':<45} {'':>6} {nvml['build_topology_ms']:>9.3f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,14 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         "--no-nvml", action="store_true", help="skip the simulated NVML part (part 2)"
     )
     args = parser.parse_args(argv)
-    builders = bench_builders(args.quick)
+    paths = bench_end_to_end(args.quick)
     nvml = None if args.no_nvml else bench_nvml(args.quick)
-    print_report(builders, nvml)
+    print_report(paths, nvml)
     results = {
         "benchmark": "topology",
         "python": platform.python_version(),
         "machine": platform.machine(),
-        "builders": builders,
+        "end_to_end": paths,
         "nvml": nvml,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)

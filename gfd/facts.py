@@ -203,7 +203,7 @@ class VgpuInfo:
     host_driver_branch: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PciPair:
     """``nvmlDeviceGetTopologyCommonAncestor`` for the GPUs with indices ``a < b``."""
 

@@ -5,25 +5,20 @@
  * twin of gfd/topology/python_builder.py: same input (the compact buffers of
  * gfd/topology/compact.py), same raw result, same checks in the same order with the
  * same messages (raised as gfd.errors.TopologyError). The rules are documented
- * there; change one builder, change the other.
+ * there; change one builder, change the other. The module also holds the C ends of
+ * the path around it: encode (facts -> compact input, _encode.c) and the matrix cells
+ * and annotation rows (_cells.c).
  *
  * Everything is flat arrays: the two N x N planes are written straight into the
  * bytes objects that are returned, so the only Python objects made are the result
  * tuple, the domains (O(N) in total) and the NUMA counts.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_builder.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_GPUS 4096
-#define MAX_ACTIVE_LINKS 255
-#define LINK_FIELDS 4
-#define P2P_FIELDS 2
-#define BUS_KEY_LIMIT ((int64_t)1 << 52)
 
 enum { REMOTE_GPU = 0, REMOTE_IBMNPU = 1, REMOTE_SWITCH = 2, REMOTE_NOT_REPORTED = 254,
        REMOTE_UNKNOWN = 255 };
@@ -31,8 +26,7 @@ enum { LEVEL_PIX = 1, LEVEL_PXB = 2, LEVEL_PHB = 3, LEVEL_NODE = 4, LEVEL_SYS = 
        LEVEL_UNKNOWN = 6, LEVEL_INVALID = 0xFF, LEVEL_NOT_REPORTED = 255 };
 enum { IC_NONE, IC_SINGLE, IC_PCIE, IC_NVLINK_PARTIAL, IC_NVLINK, IC_NVSWITCH };
 
-/* gfd.errors.TopologyError, looked up once at import. */
-static PyObject *topology_error;
+PyObject *gfd_topology_error;
 
 typedef struct {
     int64_t key;
@@ -153,20 +147,20 @@ static int check_sizes(Py_ssize_t n, const Py_buffer *bus_keys, const Py_buffer 
     };
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
         if (expected[i].buffer->len != expected[i].size) {
-            PyErr_Format(topology_error, "compact input %s holds %zd bytes; %zd GPUs need %zd",
+            PyErr_Format(gfd_topology_error, "compact input %s holds %zd bytes; %zd GPUs need %zd",
                          expected[i].name, expected[i].buffer->len, n, expected[i].size);
             return -1;
         }
     }
     if (links->len % (8 * LINK_FIELDS)) {
-        PyErr_Format(topology_error,
+        PyErr_Format(gfd_topology_error,
                      "compact input links holds %zd bytes, not a multiple of the %d-byte link "
                      "record",
                      links->len, 8 * LINK_FIELDS);
         return -1;
     }
     if (p2p->len % (8 * P2P_FIELDS)) {
-        PyErr_Format(topology_error,
+        PyErr_Format(gfd_topology_error,
                      "compact input p2p holds %zd bytes, not a multiple of the %d-byte P2P "
                      "record",
                      p2p->len, 8 * P2P_FIELDS);
@@ -181,7 +175,7 @@ static int index_gpus(scratch *s, Py_ssize_t n, const Py_buffer *bus_keys)
     for (Py_ssize_t gpu = 0; gpu < n; gpu++) {
         int64_t key = s->keys[gpu];
         if (key < 0 || key >= BUS_KEY_LIMIT) {
-            PyErr_Format(topology_error, "GPU %zd: bus key %lld is not a PCI address", gpu,
+            PyErr_Format(gfd_topology_error, "GPU %zd: bus key %lld is not a PCI address", gpu,
                          (long long)key);
             return -1;
         }
@@ -193,7 +187,7 @@ static int index_gpus(scratch *s, Py_ssize_t n, const Py_buffer *bus_keys)
         if (s->by_key[i - 1].key == s->by_key[i].key) {
             char bus[32];
             format_bus_id(bus, sizeof bus, s->by_key[i].key);
-            PyErr_Format(topology_error, "GPUs %zd and %zd have the same PCI bus id %s",
+            PyErr_Format(gfd_topology_error, "GPUs %zd and %zd have the same PCI bus id %s",
                          s->by_key[i - 1].gpu, s->by_key[i].gpu, bus);
             return -1;
         }
@@ -220,7 +214,7 @@ static int fill_levels(unsigned char *plane, Py_ssize_t n, const unsigned char *
         for (Py_ssize_t b = a + 1; b < n; b++, pair++) {
             unsigned char code = table[levels[pair]];
             if (code == LEVEL_INVALID) {
-                PyErr_Format(topology_error,
+                PyErr_Format(gfd_topology_error,
                              "GPUs %zd and %zd: common-ancestor level %d is not one NVML "
                              "returns (0, 10, 20, 30, 40, 50)",
                              a, b, (int)levels[pair]);
@@ -260,23 +254,23 @@ static int read_links(scratch *s, Py_ssize_t n, const Py_buffer *links, unsigned
         memcpy(field, base + r * 8 * LINK_FIELDS, sizeof field);
         int64_t gpu = field[0], link = field[1], remote_type = field[2], remote_key = field[3];
         if (gpu < 0 || gpu >= n) {
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "NVLink record %zd names GPU %lld, but the node has %zd GPUs", r,
                          (long long)gpu, n);
             return -1;
         }
         if (link < 0) {
-            PyErr_Format(topology_error, "GPU %lld: NVLink index %lld is negative",
+            PyErr_Format(gfd_topology_error, "GPU %lld: NVLink index %lld is negative",
                          (long long)gpu, (long long)link);
             return -1;
         }
         if (gpu == previous_gpu && link == previous_link) {
-            PyErr_Format(topology_error, "GPU %lld lists NVLink %lld twice", (long long)gpu,
+            PyErr_Format(gfd_topology_error, "GPU %lld lists NVLink %lld twice", (long long)gpu,
                          (long long)link);
             return -1;
         }
         if (gpu < previous_gpu || (gpu == previous_gpu && link < previous_link)) {
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "NVLink records must be sorted by GPU and link index (GPU %lld link "
                          "%lld follows GPU %lld link %lld)",
                          (long long)gpu, (long long)link, (long long)previous_gpu,
@@ -287,21 +281,21 @@ static int read_links(scratch *s, Py_ssize_t n, const Py_buffer *links, unsigned
         previous_gpu = gpu;
         previous_link = link;
         if (active > MAX_ACTIVE_LINKS) {
-            PyErr_Format(topology_error, "GPU %lld reports more than %d active NVLinks",
+            PyErr_Format(gfd_topology_error, "GPU %lld reports more than %d active NVLinks",
                          (long long)gpu, MAX_ACTIVE_LINKS);
             return -1;
         }
         if (remote_type != REMOTE_GPU && remote_type != REMOTE_IBMNPU &&
             remote_type != REMOTE_SWITCH && remote_type != REMOTE_NOT_REPORTED &&
             remote_type != REMOTE_UNKNOWN) {
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "GPU %lld NVLink %lld: remote type %lld is not an NVML remote device "
                          "type",
                          (long long)gpu, (long long)link, (long long)remote_type);
             return -1;
         }
         if (remote_key < -1 || remote_key >= BUS_KEY_LIMIT) {
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "GPU %lld NVLink %lld: remote bus key %lld is not a PCI address",
                          (long long)gpu, (long long)link, (long long)remote_key);
             return -1;
@@ -325,7 +319,7 @@ static int read_links(scratch *s, Py_ssize_t n, const Py_buffer *links, unsigned
         if (peer == gpu) {
             char own[32];
             format_bus_id(own, sizeof own, s->keys[gpu]);
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "GPU %lld (%s) NVLink %lld: the remote end is the GPU itself",
                          (long long)gpu, own, (long long)link);
             return -1;
@@ -359,14 +353,14 @@ static int join_p2p_fabrics(scratch *s, Py_ssize_t n, const Py_buffer *p2p)
         memcpy(field, base + r * 8 * P2P_FIELDS, sizeof field);
         int64_t a = field[0], b = field[1];
         if (!(0 <= a && a < b && b < n)) {
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "NVLink P2P record %zd names GPUs (%lld, %lld); expected two GPU "
                          "indices a < b below %zd",
                          r, (long long)a, (long long)b, n);
             return -1;
         }
         if (a < previous_a || (a == previous_a && b <= previous_b)) {
-            PyErr_Format(topology_error,
+            PyErr_Format(gfd_topology_error,
                          "NVLink P2P records must be sorted by GPU pair, each listed once "
                          "((%lld, %lld) follows (%lld, %lld))",
                          (long long)a, (long long)b, (long long)previous_a,
@@ -579,7 +573,7 @@ static PyObject *build(PyObject *module, PyObject *args)
     PyObject *result = NULL;
 
     if (n < 0 || n > MAX_GPUS) {
-        PyErr_Format(topology_error, "a topology has 0 to %d GPUs, got %zd", MAX_GPUS, n);
+        PyErr_Format(gfd_topology_error, "a topology has 0 to %d GPUs, got %zd", MAX_GPUS, n);
         goto done;
     }
     if (check_sizes(n, &bus_keys, &numa, &levels, &links, &p2p) < 0)
@@ -612,7 +606,7 @@ static PyObject *build(PyObject *module, PyObject *args)
     memcpy(s.numa, numa.buf, (size_t)n * sizeof(int32_t));
     for (Py_ssize_t gpu = 0; gpu < n; gpu++) {
         if (s.numa[gpu] < -1) {
-            PyErr_Format(topology_error, "GPU %zd: NUMA node %d is not valid (-1 means unknown)",
+            PyErr_Format(gfd_topology_error, "GPU %zd: NUMA node %d is not valid (-1 means unknown)",
                          gpu, (int)s.numa[gpu]);
             goto done;
         }
@@ -700,6 +694,15 @@ static PyMethodDef builder_methods[] = {
     {"build", build, METH_VARARGS,
      "build(gpu_count, bus_keys, numa_nodes, levels, links, p2p=b'') -> raw topology tuple\n\n"
      "Build the GPU topology from the compact input of gfd.topology.compact."},
+    {"encode", gfd_encode, METH_VARARGS,
+     "encode(gpus, pci_pairs, pci_levels, remote_codes) -> (bus_keys, numa_nodes, levels, "
+     "links) or None\n\n"
+     "The compact buffers of the GPUs and PCI pairs of facts; None where the Python "
+     "encoder must decide (an error to raise, a value of another type)."},
+    {"matrix_rows", gfd_matrix_rows, METH_VARARGS,
+     "matrix_rows(gpu_count, levels, nvlinks) -> list of rows of cell strings"},
+    {"run_length_rows", gfd_run_length_rows, METH_VARARGS,
+     "run_length_rows(gpu_count, levels, nvlinks) -> one run-length encoded string per row"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -720,9 +723,11 @@ PyMODINIT_FUNC PyInit__builder(void)
     PyObject *errors = PyImport_ImportModule("gfd.errors");
     if (!errors)
         return NULL;
-    topology_error = PyObject_GetAttrString(errors, "TopologyError");
+    gfd_topology_error = PyObject_GetAttrString(errors, "TopologyError");
     Py_DECREF(errors);
-    if (!topology_error)
+    if (!gfd_topology_error)
+        return NULL;
+    if (gfd_encode_init() < 0 || gfd_cells_init() < 0)
         return NULL;
     PyObject *module = PyModule_Create(&builder_module);
     if (!module)

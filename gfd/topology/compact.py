@@ -6,6 +6,13 @@ builders start from the same bytes. Nothing here interprets the topology; it onl
 encodes, and rejects what cannot be encoded (a malformed bus id, a level name NVML
 does not have, a pair that names no GPU).
 
+Two encoders make the same bytes: :func:`encode_python` here, the reference, and
+``encode`` of the C extension (``_encode.c``), which reads the GPUs and PCI pairs
+straight from the facts' objects. The C one encodes only what it can vouch for and
+answers None for anything else (any error, any value of a type the facts do not
+declare); :func:`topology_input` then runs the reference, so every error and its
+message come from this module alone.
+
 Layout (native byte order):
 
 ``bus_keys``
@@ -34,6 +41,7 @@ from typing import NoReturn
 
 from gfd.errors import TopologyError
 from gfd.facts import PCI_LEVELS, NodeFacts
+from gfd.topology.extension import Implementation, c_extension, check_implementation
 from gfd.topology.model import LEVEL_NOT_REPORTED
 
 REMOTE_GPU = 0
@@ -90,8 +98,27 @@ def bus_id_of_key(key: int) -> str:
     return f"{key >> 20:08X}:{(key >> 12) & 0xFF:02X}:{(key >> 4) & 0xFF:02X}.{key & 0xF:X}"
 
 
-def topology_input(facts: NodeFacts) -> TopologyInput:
+def topology_input(facts: NodeFacts, *, implementation: Implementation = "c") -> TopologyInput:
     """Encode the topology-relevant facts; raise TopologyError on what cannot be encoded."""
+    check_implementation(implementation)
+    if implementation == "c":
+        encoded = c_extension().encode(facts.gpus, facts.pci_pairs, PCI_LEVELS, _REMOTE_CODES)
+        if encoded is not None:
+            bus_keys, numa_nodes, levels, links = encoded
+            n = len(facts.gpus)
+            return TopologyInput(
+                gpu_count=n,
+                bus_keys=bus_keys,
+                numa_nodes=numa_nodes,
+                levels=levels,
+                links=links,
+                p2p=_p2p_records(facts, n),
+            )
+    return encode_python(facts)
+
+
+def encode_python(facts: NodeFacts) -> TopologyInput:
+    """The reference encoder: the twin of the C extension's ``encode``, and its errors."""
     gpus = facts.gpus
     n = len(gpus)
     bus_keys = array("q")

@@ -9,6 +9,11 @@ This module owns the three output forms of a :class:`~gfd.topology.model.Topolog
   --format json`` and the facts output;
 - :func:`to_annotation`: compact JSON for a node annotation, each matrix row run-length
   encoded (``"NV12 X NV12*6"``), decoded again by :func:`matrix_from_annotation`.
+
+The matrix cells of all three (N² of them) are made by the C extension
+(``matrix_rows``, ``run_length_rows`` in ``_cells.c``) or by the Python twins here
+(:meth:`Topology.matrix`, :func:`_python_run_length_rows`), as ``implementation``
+says; the rest of each document is the same Python code for both.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Literal
 
 from gfd.errors import TopologyError
 from gfd.facts import NodeFacts
+from gfd.topology.extension import Implementation, c_extension, check_implementation
 from gfd.topology.model import Topology
 
 #: Suggested node annotation key for :func:`to_annotation`.
@@ -54,18 +60,21 @@ UNKNOWN_LEGEND = ("N/A", "Connection level not reported by NVML")
 OUTSIDE_NOTE = "NVLinks to GPUs outside this node"
 
 
-def render_table(topology: Topology, facts: NodeFacts) -> str:
+def render_table(
+    topology: Topology, facts: NodeFacts, *, implementation: Implementation = "c"
+) -> str:
     """The matrix in the layout of ``nvidia-smi topo -m``, legend included."""
     n = topology.gpu_count
     if len(facts.gpus) != n:
         raise TopologyError(
             f"cannot render a {n}-GPU topology with facts of {len(facts.gpus)} GPUs"
         )
+    matrix = matrix_rows(topology, implementation=implementation)
     header = ["", *(f"GPU{index}" for index in range(n))]
     header += ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
     lines = ["\t".join(header)]
     for a, gpu in enumerate(facts.gpus):
-        cells = [" X " if a == b else cell for b, cell in enumerate(topology.row(a))]
+        cells = [" X " if a == b else cell for b, cell in enumerate(matrix[a])]
         affinity = gpu.cpu_affinity or "N/A"
         numa = "N/A" if gpu.numa_node is None or gpu.numa_node < 0 else str(gpu.numa_node)
         # The GPU's own memory NUMA node exists only on coherent CPU-GPU systems
@@ -85,12 +94,12 @@ def render_table(topology: Topology, facts: NodeFacts) -> str:
     return "\n".join(lines) + "\n"
 
 
-def topology_to_json(topology: Topology) -> dict[str, Any]:
+def topology_to_json(topology: Topology, *, implementation: Implementation = "c") -> dict[str, Any]:
     """Plain data: the matrix as rows of cell strings, the domains and the summary."""
     summary = topology.summary
     return {
         "gpu_count": topology.gpu_count,
-        "matrix": topology.matrix(),
+        "matrix": matrix_rows(topology, implementation=implementation),
         "domains": [
             {
                 "gpus": list(domain.gpus),
@@ -112,17 +121,27 @@ def topology_to_json(topology: Topology) -> dict[str, Any]:
 
 
 def render_topology(
-    topology: Topology, facts: NodeFacts, *, fmt: Literal["table", "json"] = "table"
+    topology: Topology,
+    facts: NodeFacts,
+    *,
+    fmt: Literal["table", "json"] = "table",
+    implementation: Implementation = "c",
 ) -> str:
     """What ``gfd topo --format table|json`` prints."""
     if fmt == "table":
-        return render_table(topology, facts)
+        return render_table(topology, facts, implementation=implementation)
     if fmt == "json":
-        return json.dumps(topology_to_json(topology), indent=2) + "\n"
+        document = topology_to_json(topology, implementation=implementation)
+        return json.dumps(document, indent=2) + "\n"
     raise ValueError(f"unknown topology format {fmt!r}: use 'table' or 'json'")
 
 
-def to_annotation(topology: Topology, *, max_bytes: int = ANNOTATION_LIMIT) -> str:
+def to_annotation(
+    topology: Topology,
+    *,
+    max_bytes: int = ANNOTATION_LIMIT,
+    implementation: Implementation = "c",
+) -> str:
     """Compact JSON for a node annotation.
 
     Keys: ``v`` (format version), ``gpus``, ``interconnect``, ``domains`` (lists of GPU
@@ -134,7 +153,7 @@ def to_annotation(topology: Topology, *, max_bytes: int = ANNOTATION_LIMIT) -> s
         "gpus": topology.gpu_count,
         "interconnect": topology.summary.interconnect,
         "domains": [list(domain.gpus) for domain in topology.domains],
-        "matrix": [_run_length(topology.row(a)) for a in range(topology.gpu_count)],
+        "matrix": run_length_rows(topology, implementation=implementation),
     }
     text = _compact_json(document)
     if len(text.encode()) > max_bytes:
@@ -160,6 +179,32 @@ def matrix_from_annotation(text: str) -> list[list[str]] | None:
             cells.extend([cell] * (int(count) if star else 1))
         matrix.append(cells)
     return matrix
+
+
+def matrix_rows(topology: Topology, *, implementation: Implementation = "c") -> list[list[str]]:
+    """Every cell as rows of strings: :meth:`Topology.matrix`, made in C or in Python."""
+    check_implementation(implementation)
+    if implementation == "c":
+        rows: list[list[str]] = c_extension().matrix_rows(
+            topology.gpu_count, topology.levels, topology.nvlinks
+        )
+        return rows
+    return topology.matrix()
+
+
+def run_length_rows(topology: Topology, *, implementation: Implementation = "c") -> list[str]:
+    """The annotation's rows: each matrix row with runs of equal cells as ``cell*count``."""
+    check_implementation(implementation)
+    if implementation == "c":
+        rows: list[str] = c_extension().run_length_rows(
+            topology.gpu_count, topology.levels, topology.nvlinks
+        )
+        return rows
+    return _python_run_length_rows(topology)
+
+
+def _python_run_length_rows(topology: Topology) -> list[str]:
+    return [_run_length(topology.row(a)) for a in range(topology.gpu_count)]
 
 
 def _run_length(cells: list[str]) -> str:

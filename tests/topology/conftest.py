@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 import pytest
 
-from gfd.facts import Gpu, NodeFacts, NvLink, NvLinkRemoteType, PciLevel, PciPair
+from gfd.facts import PCI_LEVELS, Gpu, NodeFacts, NvLink, NvLinkRemoteType, PciLevel, PciPair
 from gfd.topology import Implementation, Topology, build_topology
+from gfd.topology.compact import _REMOTE_CODES
+from gfd.topology.extension import c_extension
 
 Build = Callable[[NodeFacts], Topology]
 
@@ -29,6 +31,16 @@ def build(implementation: Implementation) -> Build:
         return build_topology(facts, implementation=implementation)
 
     return build_with
+
+
+def c_encodes(facts: NodeFacts) -> bool:
+    """Whether the C encoder encoded ``facts`` itself (None: it left them to Python).
+
+    Tests that compare the two encoders check it, so that a C encoder that gave up on
+    everything cannot pass them by always handing over to the Python one.
+    """
+    encoded = c_extension().encode(facts.gpus, facts.pci_pairs, PCI_LEVELS, _REMOTE_CODES)
+    return encoded is not None
 
 
 class MachineKit:

@@ -2,18 +2,32 @@
 
 These are the issue's "must show" cases, read from the same profile files that
 ``gfd --simulate <profile> topo`` serves through the simulated NVML.
+
+The outputs of every bundled profile (labels, annotation, JSON, table), made the way
+the agent and the CLI make them (the C path), are pinned byte for byte to the
+pure-Python path, the reference the C code was written against.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import pytest
 
+from gfd.agent import derive_topology
 from gfd.facts import NodeFacts, load_facts
 from gfd.labels.topology import topology_labels
 from gfd.sim import BUNDLED_PROFILES, profile_path
-from gfd.topology import build_topology
+from gfd.topology import (
+    ANNOTATION_KEY,
+    build_topology,
+    render_topology,
+    to_annotation,
+    topology_input,
+    topology_to_json,
+)
+from tests.topology.conftest import c_encodes
 
 if TYPE_CHECKING:
     from tests.topology.conftest import Build
@@ -82,3 +96,27 @@ def test_every_bundled_profile_builds_the_same_in_c_and_python(profile: str) -> 
     assert build_topology(facts, implementation="c") == build_topology(
         facts, implementation="python"
     )
+
+
+@pytest.mark.parametrize("profile", BUNDLED_PROFILES)
+def test_every_bundled_profile_outputs_byte_for_byte_what_the_python_path_does(
+    profile: str,
+) -> None:
+    facts = profile_facts(profile)
+    assert c_encodes(facts), "the C encoder must encode the profile itself"
+    assert topology_input(facts) == topology_input(facts, implementation="python")
+    python = build_topology(facts, implementation="python")
+    # The agent's labels and annotation, in the order it publishes them.
+    derived = derive_topology(facts)
+    labels = topology_labels(python)
+    assert list(derived.labels.items()) == list(labels.items())
+    assert derived.annotations == {ANNOTATION_KEY: to_annotation(python, implementation="python")}
+    # What `gfd topo --format json` and `gfd facts` print, and the table.
+    c = build_topology(facts)
+    assert json.dumps(topology_to_json(c), indent=2, sort_keys=True) == json.dumps(
+        topology_to_json(python, implementation="python"), indent=2, sort_keys=True
+    )
+    for fmt in ("table", "json"):
+        assert render_topology(c, facts, fmt=fmt) == render_topology(
+            python, facts, fmt=fmt, implementation="python"
+        )
