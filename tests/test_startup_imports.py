@@ -17,7 +17,8 @@ import pytest
 from gfd.sim import load_profile, prepare_machine
 
 #: Loaded only by the paths that use them: the Kubernetes sinks, metrics, the config
-#: file, the simulator, the config watch of a periodic agent, and structlog for a log line.
+#: file, the simulator, the config watch of a periodic agent, structlog for a log line,
+#: and the topology builder's pure-Python twin (the C extension builds).
 HEAVY = (
     "structlog",
     "asyncio",
@@ -32,6 +33,7 @@ HEAVY = (
     "gfd.config_watch",
     "gfd.metrics",
     "gfd.sinks.kube",
+    "gfd.topology.python_builder",
 )
 
 PROBE = """

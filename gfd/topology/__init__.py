@@ -13,7 +13,6 @@ runs every topology test against both.
 from __future__ import annotations
 
 from gfd.facts import NodeFacts
-from gfd.topology import python_builder
 from gfd.topology.compact import TopologyInput, topology_input
 from gfd.topology.extension import Implementation, c_extension, check_implementation
 from gfd.topology.model import NvLinkDomain, Topology, TopologySummary, assemble
@@ -57,7 +56,13 @@ def build_topology(facts: NodeFacts, *, implementation: Implementation = "c") ->
 def build_from_input(compact: TopologyInput, *, implementation: Implementation = "c") -> Topology:
     """Build a topology from already encoded input (lets a benchmark time the builder alone)."""
     check_implementation(implementation)
-    build = c_extension().build if implementation == "c" else python_builder.build
+    if implementation == "c":
+        build = c_extension().build
+    else:
+        # Imported only when asked for: the agent's path never runs the twin.
+        from gfd.topology import python_builder
+
+        build = python_builder.build
     raw = build(
         compact.gpu_count,
         compact.bus_keys,
