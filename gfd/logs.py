@@ -1,18 +1,23 @@
-"""Logging set-up: structlog, JSON lines when stdout is not a terminal, console otherwise.
+"""Logging set-up: structlog's event model, JSON lines when stdout is not a terminal.
 
 Logs go to stderr so that stdout stays clean for labels, facts and tables.
 
-structlog is imported when the first event at an enabled level is emitted, not before:
-importing it costs more than all of gfd's own modules together (it pulls in asyncio
-and ssl), and a one-shot run that has nothing to say, or an agent at ``warning``,
-should not pay for it. Loggers from :func:`get_logger` filter by level themselves and
-hand what passes to a structlog logger configured as :func:`configure_logging` last
-asked, so the output is structlog's, line for line.
+Importing structlog costs more than all of gfd's own modules together (it pulls in
+asyncio and ssl), which a one-shot run would pay to write one line. So loggers from
+:func:`get_logger` filter by level themselves, and a JSON line (the format of every
+log that is not a terminal: a pod's) is rendered here as structlog's pipeline renders
+it (``add_log_level``, ``TimeStamper(fmt="iso", utc=True)``, ``format_exc_info``,
+``JSONRenderer(sort_keys=True)``): ``tests/test_logs.py`` holds the two to the same
+bytes for generated events. A terminal gets structlog's ``ConsoleRenderer``, imported
+with its first line.
 """
 
 from __future__ import annotations
 
+import datetime
+import json as json_module
 import sys
+import types
 from typing import Any, TextIO
 
 #: The standard library's numeric levels (``logging.DEBUG`` ...), without importing it;
@@ -42,6 +47,13 @@ class _Configuration:
         self.generation = 0
         #: The generation structlog was last configured for (-1: not yet).
         self.applied = -1
+        #: Whether lines are JSON, decided at the first line after a configuration.
+        self._as_json: bool | None = None
+
+    def as_json(self) -> bool:
+        if self._as_json is None:
+            self._as_json = (not sys.stdout.isatty()) if self.json is None else self.json
+        return self._as_json
 
     def apply(self) -> Any:
         """Import and configure structlog for the current settings; return the module."""
@@ -84,6 +96,7 @@ def configure_logging(
     _CONFIGURATION.level_name = level
     _CONFIGURATION.stream = stream
     _CONFIGURATION.json = json
+    _CONFIGURATION._as_json = None
     _CONFIGURATION.generation += 1
 
 
@@ -131,6 +144,9 @@ class Logger:
     def _emit(self, method: str, event: str, fields: dict[str, Any]) -> None:
         if _METHOD_LEVELS[method] < _CONFIGURATION.level:
             return
+        if _CONFIGURATION.as_json():
+            _LineLogger(_CONFIGURATION.stream).msg(json_line(method, event, self._context, fields))
+            return
         structlog = _CONFIGURATION.apply()
         if self._bound is None or self._generation != _CONFIGURATION.generation:
             self._bound = structlog.get_logger("gfd").bind(**self._context)
@@ -157,6 +173,58 @@ class Logger:
 
     def critical(self, event: str, **fields: Any) -> None:
         self._emit("critical", event, fields)
+
+
+#: structlog's ``add_log_level``: the method's name, but ``warn`` and ``exception``.
+_LEVEL_NAMES = {"warn": "warning", "exception": "error"}
+
+
+def json_line(method: str, event: str, context: dict[str, Any], fields: dict[str, Any]) -> str:
+    """The JSON line structlog writes for ``log.<method>(event, **fields)`` on a logger
+    bound to ``context``, with gfd's processors (see the module docstring)."""
+    event_dict = dict(context)
+    event_dict.update(fields)
+    event_dict["event"] = event
+    event_dict["level"] = _LEVEL_NAMES.get(method, method)
+    now = datetime.datetime.now(tz=datetime.UTC)
+    event_dict["timestamp"] = now.isoformat().replace("+00:00", "Z")
+    exc_info = _exc_info(event_dict.pop("exc_info", None))
+    if exc_info is not None:
+        event_dict["exception"] = _format_exception(exc_info)
+    return json_module.dumps(event_dict, default=_json_fallback, sort_keys=True)
+
+
+def _exc_info(value: Any) -> tuple[Any, Any, Any] | None:
+    """An ``exc_info`` field as an exception triple, as structlog reads it."""
+    if isinstance(value, BaseException):
+        return (value.__class__, value, value.__traceback__)
+    if isinstance(value, tuple) and len(value) == 3:
+        kind, exc, tb = value
+        if (
+            isinstance(kind, type)
+            and issubclass(kind, BaseException)
+            and isinstance(exc, BaseException)
+            and (tb is None or isinstance(tb, types.TracebackType))
+        ):
+            return (kind, exc, tb)
+    if value:
+        current = sys.exc_info()
+        return None if current == (None, None, None) else current
+    return None
+
+
+def _format_exception(exc_info: tuple[Any, Any, Any]) -> str:
+    import traceback
+
+    text = "".join(traceback.format_exception(*exc_info))
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _json_fallback(value: Any) -> Any:
+    try:
+        return value.__structlog__()
+    except AttributeError:
+        return repr(value)
 
 
 def get_logger(**context: Any) -> Logger:

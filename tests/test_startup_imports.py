@@ -71,16 +71,17 @@ def test_version_and_help_load_neither_nvml_nor_logging(flag: str) -> None:
     assert _loaded(modules, (*HEAVY, "pynvml", "gfd.agent", "gfd.nvml", "gfd.labels")) == []
 
 
-def test_a_quiet_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path) -> None:
-    """The real-node path (library by LD_LIBRARY_PATH, sysfs and DMI by flag) at
-    ``--log-level error``, writing a feature file: no structlog, no client, no YAML."""
+@pytest.mark.parametrize("level", ["error", "debug"])
+def test_a_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path, level: str) -> None:
+    """The real-node path (library by LD_LIBRARY_PATH, sysfs and DMI by flag) writing a
+    feature file: no structlog (its JSON log lines are gfd's), no client, no YAML."""
     import os
 
     machine = prepare_machine(load_profile("dgx-h100").facts, tmp_path / "machine")
     out = tmp_path / "gfd"
     env = {**os.environ, **machine.environment()}
     arguments = [
-        "--oneshot", "--no-timestamp", "--log-level", "error", "--output-file", str(out),
+        "--oneshot", "--no-timestamp", "--log-level", level, "--output-file", str(out),
         "--sysfs-root", str(machine.sysfs_root),
         "--machine-type-file", str(machine.machine_type_file),
     ]  # fmt: skip
@@ -91,7 +92,7 @@ def test_a_quiet_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path) -> Non
     assert "pynvml" in modules  # the probe is not vacuous: the reader ran
 
 
-def test_a_log_line_loads_structlog_and_reads_as_before(tmp_path: Path) -> None:
+def test_json_lines_never_load_structlog_and_a_terminal_line_does() -> None:
     code = (
         "import io, json, sys\n"
         "from gfd.logs import configure_logging, get_logger\n"
@@ -99,12 +100,16 @@ def test_a_log_line_loads_structlog_and_reads_as_before(tmp_path: Path) -> None:
         "configure_logging('warning', stream=out, json=True)\n"
         "log = get_logger(node='n1')\n"
         "log.info('quiet')\n"
-        "assert 'structlog' not in sys.modules, 'loaded for a filtered event'\n"
         "log.warning('loud', key='k')\n"
-        "assert 'structlog' in sys.modules\n"
         "configure_logging('error', stream=out, json=True)\n"
         "log.warning('filtered after a reload')\n"
         "log.bind(extra=1).error('bound')\n"
+        "assert 'structlog' not in sys.modules, 'loaded for a JSON line'\n"
+        "console = io.StringIO()\n"
+        "configure_logging('info', stream=console, json=False)\n"
+        "log.info('on a terminal')\n"
+        "assert 'structlog' in sys.modules\n"
+        "assert 'on a terminal' in console.getvalue()\n"
         "print(out.getvalue(), end='')\n"
     )
     done = subprocess.run(

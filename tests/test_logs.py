@@ -1,0 +1,156 @@
+"""gfd's JSON log lines are structlog's, byte for byte.
+
+:func:`gfd.logs.json_line` renders a JSON line without importing structlog (whose import
+costs a one-shot run more than all of gfd). It must write what structlog's own pipeline
+with gfd's processors writes; here structlog itself is the oracle, for generated events:
+bound context and call fields of every JSON-able kind and some that are not (paths,
+objects with ``__structlog__``, sets), every method, and exceptions given as an
+instance, a triple or ``True`` inside an ``except``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gfd.logs import configure_logging, get_logger, json_line
+
+TIMESTAMP = re.compile(r'"timestamp": "(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z)"')
+
+
+class Custom:
+    def __structlog__(self) -> str:
+        return "custom-rendering"
+
+
+class Opaque:
+    def __repr__(self) -> str:
+        return "<opaque 'thing'>"
+
+
+def structlog_line(method: str, event: str, context: dict[str, Any], fields: dict[str, Any]) -> str:
+    """What structlog writes for the same call, configured as gfd configures it."""
+    out: list[str] = []
+
+    class Capture:
+        def msg(self, message: str) -> None:
+            out.append(message)
+
+        debug = info = warning = warn = error = critical = exception = msg
+
+    logger = structlog.wrap_logger(
+        Capture(),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(sort_keys=True),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(0),
+        context_class=dict,
+    ).bind(**context)
+    getattr(logger, method)(event, **fields)
+    (line,) = out
+    return line
+
+
+def _same_but_time(ours: str, theirs: str) -> None:
+    assert TIMESTAMP.search(ours) and TIMESTAMP.search(theirs), (ours, theirs)
+    assert TIMESTAMP.sub('"timestamp": "T"', ours) == TIMESTAMP.sub('"timestamp": "T"', theirs)
+
+
+keys = st.text(min_size=1, max_size=12).filter(lambda k: k not in {"exc_info", "event"})
+plain = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+odd = st.sampled_from([Path("/sys/bus/pci"), Custom(), Opaque(), b"bytes", (1, "two")])
+values = plain | odd
+
+
+@settings(max_examples=300)
+@given(
+    method=st.sampled_from(["debug", "info", "warning", "warn", "error", "critical"]),
+    event=st.text(max_size=30),
+    context=st.dictionaries(keys, values, max_size=4),
+    fields=st.dictionaries(keys, values, max_size=4),
+)
+def test_json_lines_equal_structlogs(
+    method: str, event: str, context: dict[str, Any], fields: dict[str, Any]
+) -> None:
+    _same_but_time(
+        json_line(method, event, context, fields), structlog_line(method, event, context, fields)
+    )
+
+
+def _raise(message: str) -> BaseException:
+    try:
+        try:
+            raise KeyError(message)
+        except KeyError as inner:
+            raise RuntimeError("outer") from inner
+    except RuntimeError as exc:
+        return exc
+
+
+def test_exceptions_render_as_structlog_renders_them() -> None:
+    exc = _raise("cause")
+    for exc_info in (exc, (type(exc), exc, exc.__traceback__), False, None):
+        fields = {"exc_info": exc_info, "kind": "internal"}
+        _same_but_time(
+            json_line("error", "cycle failed", {}, dict(fields)),
+            structlog_line("error", "cycle failed", {}, dict(fields)),
+        )
+    try:
+        raise ValueError("current")
+    except ValueError:
+        _same_but_time(
+            json_line("error", "failed", {"node": "n"}, {"exc_info": True}),
+            structlog_line("error", "failed", {"node": "n"}, {"exc_info": True}),
+        )
+        _same_but_time(
+            json_line("exception", "failed", {}, {"exc_info": True}),
+            structlog_line("exception", "failed", {}, {}),
+        )
+    assert sys.exc_info() == (None, None, None)
+    # exc_info=True outside an except: no exception field, as structlog has it.
+    _same_but_time(
+        json_line("error", "failed", {}, {"exc_info": True}),
+        structlog_line("error", "failed", {}, {"exc_info": True}),
+    )
+
+
+def test_a_logger_writes_the_line_to_the_configured_stream() -> None:
+    stream = io.StringIO()
+    configure_logging("info", stream=stream, json=True)
+    try:
+        get_logger(node="n1").bind(cycle=3).warning("label withheld", key="k")
+    finally:
+        configure_logging("info")
+    (line,) = stream.getvalue().splitlines()
+    assert json.loads(line) == {
+        "cycle": 3,
+        "event": "label withheld",
+        "key": "k",
+        "level": "warning",
+        "node": "n1",
+        "timestamp": json.loads(line)["timestamp"],
+    }
+    _same_but_time(
+        line, structlog_line("warning", "label withheld", {"node": "n1", "cycle": 3}, {"key": "k"})
+    )
