@@ -51,6 +51,18 @@ class Telemetry(Protocol):
     def topology_failed(self) -> None: ...
 
 
+class HealthWatch(Protocol):
+    """The GPU health checks (:class:`gfd.health.HealthReporter`), as the loop drives them."""
+
+    def observe(self, facts: NodeFacts | None, error: GfdError | None) -> Mapping[str, str]:
+        """Check this cycle (``facts`` None: the read failed); the labels to add."""
+        ...
+
+    def report(self) -> None:
+        """After the cycle: write what changed."""
+        ...
+
+
 class NullTelemetry:
     """Telemetry that records nothing (metrics off)."""
 
@@ -137,6 +149,7 @@ class Agent:
         telemetry: Telemetry | None = None,
         derive: Callable[[NodeFacts], Derived] = derive_topology,
         monotonic: Callable[[], float] = time.monotonic,
+        health: HealthWatch | None = None,
     ) -> None:
         self._read_facts = read_facts
         self._facts_without_nvml = facts_without_nvml
@@ -153,12 +166,14 @@ class Agent:
         #: never change (a reload makes a new agent), so equal facts reuse them.
         self._last_computed: tuple[NodeFacts, LabelSet, Mapping[str, str]] | None = None
         self._topology_withheld = False
+        self._health = health
 
     def cycle(self) -> CycleOutcome:
         """Read, label, publish once."""
         started = self._monotonic()
         self._telemetry.cycle_started()
         outcome = self._cycle()
+        self._health_step("report", lambda watch: watch.report())
         duration = self._monotonic() - started
         if outcome.ok:
             self._telemetry.cycle_succeeded(duration, len(outcome.labels))
@@ -182,6 +197,8 @@ class Agent:
         try:
             facts = self._read_facts()
         except GfdError as exc:
+            lost: GfdError = exc
+            self._health_step("check", lambda watch: watch.observe(None, lost))
             failed = self._read_failed(exc)
             if failed.init_failure and self._facts_without_nvml and not self._published:
                 return self._publish_without_nvml(failed, self._facts_without_nvml)
@@ -189,6 +206,7 @@ class Agent:
         except Exception as exc:
             return _internal_failure("reading the facts", exc)
         self._telemetry.nvml_up(True)
+        health_labels = self._health_step("check", lambda watch: watch.observe(facts, None))
         try:
             label_set, annotations = self._labels_of(facts)
         except GfdError as exc:
@@ -202,8 +220,22 @@ class Agent:
         self._report_drops(label_set)
         # Every sink gets the same labels; the node sink itself moves the timestamp
         # into an annotation when asked, so the feature file keeps it as a label.
-        publication = Publication(labels=dict(label_set.labels), annotations=dict(annotations))
+        publication = Publication(
+            labels={**label_set.labels, **(health_labels or {})}, annotations=dict(annotations)
+        )
         return self._publish(publication)
+
+    def _health_step(self, stage: str, step: Callable[[HealthWatch], Any]) -> Any:
+        """Run one step of the health checks; a bug there never costs the labels."""
+        if self._health is None:
+            return None
+        try:
+            return step(self._health)
+        except Exception as exc:
+            self._log.error(
+                f"GPU health {stage} failed", reason=_internal_reason(exc), exc_info=exc
+            )
+            return None
 
     def _labels_of(self, facts: NodeFacts) -> tuple[LabelSet, Mapping[str, str]]:
         last = self._last_computed

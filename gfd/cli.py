@@ -473,6 +473,7 @@ def command_run(
 
     control = LoopControl()
     factory = SinkFactory(control.stop)
+    health = HealthSetup(control.stop)
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
     previous = _install_signal_handlers(control)
@@ -490,7 +491,7 @@ def command_run(
 
             built = factory.build(settings, stdout)
             factory.adopt(built)
-            agent = _agent_for(settings, built, reader_for(settings), log, endpoint)
+            agent = _agent_for(settings, built, reader_for(settings), log, endpoint, health)
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
             if settings.oneshot and not control.stop.is_set():
@@ -523,7 +524,7 @@ def command_run(
                     config_watch = ConfigFileWatch(settings.config_file)
                     swapped = _reload(
                         explicit, env, settings, agent, factory, endpoint, reader_for, stdout, log,
-                        reason=control.reload_reason,
+                        health, reason=control.reload_reason,
                     )  # fmt: skip
                     if swapped is not None:
                         settings, agent = swapped
@@ -539,8 +540,69 @@ def command_run(
         endpoint.close()
 
 
+class HealthSetup:
+    """The GPU health checks of the running configuration.
+
+    What the checks remember (NVLinks seen up, a grace period running, the state
+    reported) outlives a reload: each configuration's reporter starts from the last.
+    """
+
+    def __init__(self, stop: Any) -> None:
+        self._stop = stop
+        self._last: Any = None
+
+    def reporter(
+        self, settings: Settings, built: SinkSet, read: NodeReader, log: Any, telemetry: Any
+    ) -> Any:
+        """The reporter for ``settings``, or None when no check is asked for."""
+        if not settings.health_checks:
+            self._last = None
+            return None
+        from gfd.health import API_CHECKS, HealthMonitor, HealthReporter
+
+        node_sink = next((sink for sink in built.sinks if sink.name == "node"), None)
+        checks = settings.health_checks
+        if node_sink is None:
+            # Without the node sink there is no Node to read: the API checks cannot run.
+            checks = tuple(check for check in checks if check not in API_CHECKS)
+        previous = self._last
+        monitor = HealthMonitor(
+            sysfs_root=read.sysfs_root,
+            checks=checks,
+            mig_strategy=settings.mig_strategy,
+            sharing=settings.sharing,
+            grace_period=settings.health_grace_period or 0.0,
+            log=log,
+            previous=previous.monitor if previous is not None else None,
+        )
+        read_node = writer = None
+        if node_sink is not None:
+            from gfd.sinks.condition import NodeConditionWriter, node_reader
+
+            read_node = node_reader(node_sink)
+            if settings.health_condition:
+                writer = NodeConditionWriter(
+                    client=built.client, node_sink=node_sink, stop=self._stop
+                )
+        self._last = HealthReporter(
+            monitor,
+            log=log,
+            label=settings.health_label,
+            read_node=read_node,
+            writer=writer,
+            telemetry=telemetry,
+            previous=previous,
+        )
+        return self._last
+
+
 def _agent_for(
-    settings: Settings, built: SinkSet, read: NodeReader, log: Any, endpoint: MetricsEndpoint
+    settings: Settings,
+    built: SinkSet,
+    read: NodeReader,
+    log: Any,
+    endpoint: MetricsEndpoint,
+    health: HealthSetup,
 ) -> Any:
     from gfd.agent import Agent
 
@@ -553,6 +615,7 @@ def _agent_for(
         options=_label_options(settings, with_timestamp=True),
         log=log,
         telemetry=endpoint.telemetry,
+        health=health.reporter(settings, built, read, log, endpoint.telemetry),
     )
 
 
@@ -566,6 +629,7 @@ def _reload(
     reader_for: Callable[[Settings], NodeReader],
     stdout: TextIO,
     log: Any,
+    health: HealthSetup,
     *,
     reason: str = "signal",
 ) -> tuple[Settings, Any] | None:
@@ -607,7 +671,7 @@ def _reload(
     factory.adopt(built)
     commit_endpoint()
     configure_logging(reloaded.log_level)
-    new_agent = _agent_for(reloaded, built, reader_for(reloaded), log, endpoint)
+    new_agent = _agent_for(reloaded, built, reader_for(reloaded), log, endpoint, health)
     endpoint.reloaded()
     log.info(
         "configuration reloaded",

@@ -79,7 +79,13 @@ class NvmlNotReady(NvmlError):
 
 
 class NvmlGpuLost(NvmlError):
-    """A GPU stopped answering (NVML_ERROR_GPU_IS_LOST) during the read."""
+    """A GPU stopped answering (NVML_ERROR_GPU_IS_LOST) during the read.
+
+    ``gpu_index`` is NVML's index of the GPU being read when it answered so (None when
+    the call named no GPU): the health checks name the lost GPU from it.
+    """
+
+    gpu_index: int | None = None
 
 
 class TopologyError(GfdError):

@@ -39,6 +39,8 @@ from gfd.errors import ERROR_KINDS, ConfigError, echo
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from gfd.health import HealthState, Verdict
+
 #: Default ``--metrics-address``: every interface, port 8079. Outside the exporter
 #: range 9100-9999 (all of it allocated, 9400 being NVIDIA's DCGM exporter), and
 #: clear of node-feature-discovery's 8080/8081 and the kubelet's 10248-10250.
@@ -226,6 +228,25 @@ class AgentTelemetry:
             "annotation were withheld, the other labels published.",
             registry=registry,
         )
+        self._health_failing = prometheus_client.Gauge(
+            "gfd_health_check_failing",
+            "1 while a GPU health check reports a problem (gpu-lost, device-plugin, "
+            "nvlink), else 0; only the checks that run have a series.",
+            ["check"],
+            registry=registry,
+        )
+        self._health_problems = prometheus_client.Gauge(
+            "gfd_health_check_problems",
+            "Problems the check found in its last run, those still in their grace "
+            "period included (GPUs lost, resources short, GPUs with links down).",
+            ["check"],
+            registry=registry,
+        )
+        self._gpu_healthy = prometheus_client.Gauge(
+            "gfd_gpu_healthy",
+            "1 while the GPUHealthy state is True, 0 while False; absent until known.",
+            registry=registry,
+        )
         # Pre-create every series so dashboards see zeros, not absent metrics.
         for result in ("success", "failure"):
             self._cycles.labels(result=result)
@@ -278,6 +299,18 @@ class AgentTelemetry:
 
     def topology_failed(self) -> None:
         self._topology_failures.inc()
+
+    def health_checked(self, verdict: Verdict, state: HealthState | None) -> None:
+        """One cycle's GPU health checks; a check that could not run keeps its last values."""
+        from gfd.health import FAILING, UNKNOWN
+
+        for result in verdict.results:
+            if result.state == UNKNOWN:
+                continue
+            self._health_failing.labels(check=result.check).set(1 if result.state == FAILING else 0)
+            self._health_problems.labels(check=result.check).set(len(result.problems))
+        if state is not None:
+            self._gpu_healthy.set(1 if state.healthy else 0)
 
     def liveness(self) -> Health:
         with self._lock:

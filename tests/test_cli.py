@@ -127,6 +127,8 @@ def test_simulate_a_facts_file(tmp_path: Path) -> None:
         (["--mig-strategy", "all"], "--mig-strategy: 'all' is not one of"),
         (["--sleep-interval", "soon"], "is not a duration"),
         (["--frobnicate"], "unrecognized arguments"),
+        (["--health-checks", "gpu-lost,xid"], "--health-checks: 'xid' is not a health check"),
+        (["--health-grace-period", "300"], "has no unit"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_no_traceback(args: list[str], message: str) -> None:
@@ -135,6 +137,17 @@ def test_bad_input_is_one_clear_line_and_no_traceback(args: list[str], message: 
     assert message in run.stderr
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().startswith("gfd: error:") or "error" in run.stderr
+
+
+def test_the_health_label_reaches_the_feature_file_when_asked_for(tmp_path: Path) -> None:
+    output = tmp_path / "gfd"
+    base = ("--simulate", "dgx-h100", "--oneshot", "--output-file", str(output))
+    assert gfd(*base, "--health-label").returncode == 0
+    assert parse_lines(output.read_text())["nvidia.com/gpu.health"] == "healthy"
+    assert gfd(*base, env={"GFD_HEALTH_CHECKS": "none", "GFD_HEALTH_LABEL": "true"}).returncode == 0
+    assert "nvidia.com/gpu.health" not in parse_lines(output.read_text())
+    assert gfd(*base).returncode == 0
+    assert "nvidia.com/gpu.health" not in parse_lines(output.read_text())
 
 
 def test_durations_as_an_operator_writes_them(tmp_path: Path) -> None:

@@ -130,6 +130,23 @@ def test_sleep_interval_as_integer_nanoseconds(tmp_path: Path) -> None:
     assert settings_for(["--config-file", config]).sleep_interval == 90.0
 
 
+def test_health_settings_from_the_config_file(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        "version: v1\nflags: {gfd: {healthChecks: [nvlink, gpu-lost], healthLabel: true, "
+        "healthCondition: false, healthGracePeriod: 2m}}\n",
+    )
+    s = settings_for(["--config-file", config])
+    assert (s.health_checks, s.health_label, s.health_condition, s.health_grace_period) == (
+        ("gpu-lost", "nvlink"),
+        True,
+        False,
+        120.0,
+    )
+    none = write(tmp_path, "version: v1\nflags: {gfd: {healthChecks: []}}\n", "none.yaml")
+    assert settings_for(["--config-file", none]).health_checks == ()
+
+
 def test_sharing_parsed(tmp_path: Path) -> None:
     config = write(
         tmp_path,
@@ -206,6 +223,14 @@ def test_mps_wins_over_time_slicing(tmp_path: Path) -> None:
             "renameByDefault: expected true or false",
         ),
         ("version: v1\nsharing: {slicing: {}}\n", "sharing.slicing: unknown key"),
+        (
+            "version: v1\nflags: {gfd: {healthChecks: [gpu-lost, 7]}}\n",
+            "flags.gfd.healthChecks: expected a list of check names",
+        ),
+        (
+            "version: v1\nflags: {gfd: {healthChecks: [gpu-lost, xid]}}\n",
+            "flags.gfd.healthChecks: 'xid' is not a health check",
+        ),
         (
             "version: v1\nsharing: {mps: {resources: {name: g}}}\n",
             "sharing.mps.resources: must be a non-empty list",

@@ -107,6 +107,12 @@ class Settings:
     log_level: str = "info"
     metrics_address: str = ""
     simulate: str | None = None
+    #: The GPU health checks to run (:data:`gfd.health.CHECKS`); empty: none.
+    health_checks: tuple[str, ...] = ("gpu-lost", "device-plugin", "nvlink")
+    health_condition: bool = True
+    health_label: bool = False
+    #: Seconds a device plugin problem must last before it is reported; None: none.
+    health_grace_period: float | None = 300.0
     sharing: Sharing | None = None
 
 

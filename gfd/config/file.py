@@ -60,6 +60,10 @@ _CONFIG_TREE: dict[str, Any] = {
             "timestampAnnotation": None,
             "metricsAddress": None,
             "logLevel": None,
+            "healthChecks": None,
+            "healthCondition": None,
+            "healthLabel": None,
+            "healthGracePeriod": None,
         },
         # Device-plugin flags that share the reference's config file; accepted and ignored.
         "plugin": "*",

@@ -28,7 +28,7 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice
+    kind: str  # bool | str | duration | optional-duration | choice | checks
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -154,6 +154,41 @@ OPTIONS: tuple[Option, ...] = (
         "with --patch-node: put gfd.timestamp in a node annotation instead of a label",
     ),
     Option(
+        "health_checks",
+        "--health-checks",
+        ("GFD_HEALTH_CHECKS",),
+        ("flags", "gfd", "healthChecks"),
+        "checks",
+        "GPU health checks to run each cycle: a comma-separated list of gpu-lost, "
+        "device-plugin, nvlink (none: no checks)",
+        metavar="LIST",
+    ),
+    Option(
+        "health_condition",
+        "--health-condition",
+        ("GFD_HEALTH_CONDITION",),
+        ("flags", "gfd", "healthCondition"),
+        "bool",
+        "with --patch-node: write the GPUHealthy node condition and an Event per change",
+    ),
+    Option(
+        "health_label",
+        "--health-label",
+        ("GFD_HEALTH_LABEL",),
+        ("flags", "gfd", "healthLabel"),
+        "bool",
+        "publish the label nvidia.com/gpu.health (healthy, or the problem's reason)",
+    ),
+    Option(
+        "health_grace_period",
+        "--health-grace-period",
+        ("GFD_HEALTH_GRACE_PERIOD",),
+        ("flags", "gfd", "healthGracePeriod"),
+        "optional-duration",
+        "how long a device plugin problem must last before it is reported (0: at once)",
+        metavar="DURATION",
+    ),
+    Option(
         "kubeconfig",
         "--kubeconfig",
         ("KUBECONFIG",),
@@ -234,8 +269,16 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         if seconds == 0:
             raise ConfigError(f"{where}: the interval must be positive (or 'infinite')")
         return seconds
+    if option.kind == "checks" and isinstance(raw, list):
+        if not all(isinstance(item, str) for item in raw):
+            raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")
+        raw = ",".join(raw) if raw else "none"
     if not isinstance(raw, str):
         raise ConfigError(f"{where}: expected a string, got {echo(raw)}")
+    if option.kind == "checks":
+        from gfd.health import parse_checks
+
+        return parse_checks(raw, where)
     if option.kind == "choice" and raw not in option.choices:
         raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")
     return raw

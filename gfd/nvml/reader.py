@@ -447,10 +447,10 @@ def _read_all(
     )
     count = nv.required("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
     handles = [
-        nv.required("nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i)
+        _on_gpu(i, nv.required, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i)
         for i in range(count)
     ]
-    gpus = tuple(_read_gpu(nv, i, h, sysfs_root, cache) for i, h in enumerate(handles))
+    gpus = tuple(_on_gpu(i, _read_gpu, nv, i, h, sysfs_root, cache) for i, h in enumerate(handles))
     if len(cache.gpus) > len(gpus):
         present = {gpu.uuid for gpu in gpus}
         cache.gpus = {uuid: known for uuid, known in cache.gpus.items() if uuid in present}
@@ -577,6 +577,16 @@ def _read_nvlink_p2p(
 
 def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _on_gpu(index: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, a read of GPU ``index``: a GPU lost during it is named by that index."""
+    try:
+        return fn(*args)
+    except NvmlGpuLost as exc:
+        if exc.gpu_index is None:
+            exc.gpu_index = index
+        raise
 
 
 def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path, cache: _ReadCache) -> Gpu:

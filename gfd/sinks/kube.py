@@ -57,6 +57,7 @@ IN_CLUSTER_CA_PATH = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 #: 4xx statuses worth retrying (besides every 5xx): the server timed out reading the

@@ -191,13 +191,25 @@ class NodeSink:
         self._path = f"/api/v1/nodes/{path_segment(node_name)}"
         self._reported_nfd_keys: set[str] = set()
         self._reported_foreign_keys: set[str] = set()
+        #: The node as last read (the health checks and the condition writer use it).
+        self.last_node: dict[str, Any] | None = None
+        self._prefetched: dict[str, Any] | None = None
+
+    def read_ahead(self) -> dict[str, Any]:
+        """Read the node now, for this cycle: the next :meth:`publish` starts from this
+        read instead of making its own, so reading early costs no request."""
+        node = self._read(self._client.deadline(), cached=True)
+        self._prefetched = node
+        return node
 
     def publish(self, publication: Publication) -> bool:
         publication = self._check(publication)
         deadline = self._client.deadline()
         cached_read = True
         for _ in range(self._max_conflicts + 1):
-            node = self._read(deadline, cached=cached_read)
+            node, self._prefetched = self._prefetched, None
+            if node is None or not cached_read:
+                node = self._read(deadline, cached=cached_read)
             metadata = node.get("metadata") or {}
             labels = metadata.get("labels") or {}
             annotations = metadata.get("annotations") or {}
@@ -272,7 +284,9 @@ class NodeSink:
                     f"node {self.node_name!r} not found; check --node-name/NODE_NAME"
                 ) from exc
             raise
-        return response.json_object(f"node {self.node_name}")
+        node = response.json_object(f"node {self.node_name}")
+        self.last_node = node
+        return node
 
     def _report_skipped(self, keys: Iterable[str]) -> None:
         fresh = sorted(set(keys) - self._reported_nfd_keys)

@@ -6,8 +6,11 @@ official ``kubernetes`` client talks to unchanged.
 
 Reproduced (documented API behaviour):
 
-* Objects: Nodes (get, list, patch, update), Pods, DaemonSets and ReplicaSets
-  (get, list; enough for owner references), and ``nfd.k8s-sigs.io/v1alpha1``
+* Objects: Nodes (get, list, patch, update; and their ``status`` subresource, get
+  and patch, which writes status alone while the main resource writes all but
+  status), Pods, DaemonSets and ReplicaSets (get, list; enough for owner
+  references), core/v1 Events (create, with the server's rule that an Event about a
+  cluster-scoped object lives in ``default``), and ``nfd.k8s-sigs.io/v1alpha1``
   NodeFeatures in namespaces (get, list, create, update, patch, delete). Unknown
   paths answer 404, unsupported verbs 405.
 * ``resourceVersion``: one cluster-wide counter, bumped by every write that changes
@@ -24,7 +27,8 @@ Reproduced (documented API behaviour):
   ``Status`` whose ``details.causes`` name each field, and nothing is applied.
   ``name``, ``namespace`` and ``uid`` are immutable.
 * Authentication by bearer token (401 ``Status`` when missing or unknown; tokens can
-  be rotated and revoked) and per-token permissions by verb and resource (403
+  be rotated and revoked) and per-token permissions by verb and resource, subresources as RBAC names them
+  (``nodes/status``), namespaced rules as a Role grants them (403
   ``Status`` with the real message shape).
 * ``GET ...?resourceVersion=0`` is served from a "watch cache" that can be frozen
   (:meth:`~ApiServerEmulator.freeze_cache`) to reproduce stale cached reads.

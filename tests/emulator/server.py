@@ -73,6 +73,9 @@ RESOURCES: dict[str, ResourceType] = {
         verbs=frozenset({"get", "list", "patch", "update"}),
     ),
     "pods": ResourceType("pods", "", "v1", "Pod", namespaced=True),
+    "events": ResourceType(
+        "events", "", "v1", "Event", namespaced=True, verbs=frozenset({"get", "list", "create"})
+    ),
     "daemonsets": ResourceType("daemonsets", "apps", "v1", "DaemonSet", namespaced=True),
     "replicasets": ResourceType("replicasets", "apps", "v1", "ReplicaSet", namespaced=True),
     "nodefeatures": ResourceType(
@@ -88,37 +91,47 @@ RESOURCES: dict[str, ResourceType] = {
 
 _ROUTE = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
-    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?$"
+    r"(?:/namespaces/(?P<namespace>[^/]+))?/(?P<plural>[^/]+)"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<subresource>status))?)?$"
 )
+#: The resources whose ``status`` subresource the emulator serves (get and patch).
+STATUS_SUBRESOURCES = frozenset({"nodes"})
 
 
 @dataclass(frozen=True)
 class Principal:
     """Who a bearer token authenticates as, and what it may do.
 
-    ``rules`` holds ``(verb, resource)`` pairs; ``"*"`` matches any verb or resource.
+    ``rules`` holds ``(verb, resource)`` pairs, or ``(verb, resource, namespace)`` for a
+    rule a Role grants in that namespace only; ``"*"`` matches any verb or resource. A
+    subresource is named as RBAC names it: ``nodes/status``.
     """
 
     user: str
-    rules: frozenset[tuple[str, str]] = frozenset({("*", "*")})
-    #: As RBAC binds a Role: when set, the rules grant namespaced resources only in this
-    #: namespace (cluster-scoped ones, as a ClusterRole would, everywhere).
+    rules: frozenset[tuple[str, ...]] = frozenset({("*", "*")})
+    #: As RBAC binds a Role: when set, the two-part rules grant namespaced resources only
+    #: in this namespace (cluster-scoped ones, as a ClusterRole would, everywhere).
     namespace: str | None = None
 
     def allows(self, verb: str, resource: str, namespace: str = "") -> bool:
-        if namespace and self.namespace is not None and namespace != self.namespace:
-            return False
-        return any(
-            rule_verb in ("*", verb) and rule_resource in ("*", resource)
-            for rule_verb, rule_resource in self.rules
-        )
+        for rule in self.rules:
+            rule_verb, rule_resource = rule[0], rule[1]
+            if rule_verb not in ("*", verb) or rule_resource not in ("*", resource):
+                continue
+            scope = rule[2] if len(rule) > 2 else self.namespace
+            if not namespace or scope is None or scope == namespace:
+                return True
+        return False
 
 
-#: The permissions gfd's Kubernetes sinks need (see docs/sinks.md).
-GFD_RULES = frozenset(
+#: The permissions gfd's Kubernetes sinks need (see docs/sinks.md), with the GPU
+#: health condition and its Events (docs/health.md).
+GFD_RULES: frozenset[tuple[str, ...]] = frozenset(
     {
         ("get", "nodes"),
         ("patch", "nodes"),
+        ("patch", "nodes/status"),
+        ("create", "events", "default"),
         ("get", "pods"),
         ("get", "nodefeatures"),
         ("create", "nodefeatures"),
@@ -406,6 +419,30 @@ class ApiServerEmulator:
             raise KeyError(f"no node {name!r} in the emulator")
         return found
 
+    def node_condition(self, name: str, condition_type: str) -> dict[str, Any] | None:
+        """The node's condition of ``condition_type``, or None."""
+        for condition in self.node(name).get("status", {}).get("conditions", []):
+            if condition.get("type") == condition_type:
+                return dict(condition)
+        return None
+
+    def set_node_status(self, name: str, **status: Any) -> dict[str, Any]:
+        """The kubelet's write: set these fields of the node's status (``allocatable=...``)."""
+
+        def change(node: dict[str, Any]) -> None:
+            node.setdefault("status", {}).update(copy.deepcopy(status))
+
+        return self.edit_object("nodes", name, mutate=change)
+
+    def events(self, namespace: str = "default") -> list[dict[str, Any]]:
+        """The Events recorded in ``namespace``, oldest first."""
+        with self._lock:
+            return [
+                copy.deepcopy(obj)
+                for (plural, ns, _), obj in self._objects.items()
+                if plural == "events" and ns == namespace
+            ]
+
     def node_labels(self, name: str) -> dict[str, str]:
         return dict(self.node(name)["metadata"].get("labels") or {})
 
@@ -652,11 +689,19 @@ class ApiServerEmulator:
         namespace = unquote(match["namespace"] or "")
         name = unquote(match["name"]) if match["name"] else None
         verb = _verb(method, name is not None)
-        if verb is None or verb not in resource.verbs:
+        subresource = match["subresource"]
+        if subresource is not None and resource.plural not in STATUS_SUBRESOURCES:
+            raise _ApiError(404, "NotFound", "the server could not find the requested resource")
+        if (
+            verb is None
+            or verb not in resource.verbs
+            or (subresource is not None and verb not in ("get", "patch"))
+        ):
             raise _ApiError(
                 405, "MethodNotAllowed", f"{method} is not supported on {resource.plural}"
             )
-        if not principal.allows(verb, resource.plural, namespace):
+        rbac_resource = f"{resource.plural}/{subresource}" if subresource else resource.plural
+        if not principal.allows(verb, rbac_resource, namespace):
             # Details as the real server gives them: no empty name or group.
             details = {"name": name, "group": resource.group, "kind": resource.plural}
             raise _ApiError(
@@ -698,7 +743,12 @@ class ApiServerEmulator:
                 )
             if verb == "update":
                 return _Reply(200, self._update(resource, key, current, body))
-            return _Reply(200, self._patch(resource, key, current, content_type, body))
+            return _Reply(
+                200,
+                self._patch(
+                    resource, key, current, content_type, body, status_only=subresource is not None
+                ),
+            )
 
     def _list(self, resource: ResourceType, namespace: str) -> dict[str, Any]:
         items = [
@@ -742,6 +792,8 @@ class ApiServerEmulator:
                 kind=resource.plural,
             )
         self._validate(resource, name, metadata)
+        if resource.plural == "events":
+            _check_event(body, namespace)
         return self._create_direct(resource.plural, namespace, body)
 
     def _create_direct(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -795,6 +847,8 @@ class ApiServerEmulator:
         current: dict[str, Any],
         content_type: str | None,
         body: Any,
+        *,
+        status_only: bool = False,
     ) -> dict[str, Any]:
         accepted = [JSON_PATCH, MERGE_PATCH] + ([] if resource.custom else [STRATEGIC_MERGE_PATCH])
         if content_type not in accepted:
@@ -831,6 +885,12 @@ class ApiServerEmulator:
                     f'{resource.kind} "{key[2]}" is invalid: '
                     f"metadata.{immutable}: Invalid value: {after!r}: field is immutable",
                 )
+        if status_only:
+            # The status subresource writes status alone; the rest of the patch is ignored.
+            patched = {**copy.deepcopy(current), "status": patched.get("status") or {}}
+        elif resource.plural in STATUS_SUBRESOURCES:
+            # ...and the main resource everything but status.
+            patched = {**patched, "status": copy.deepcopy(current.get("status") or {})}
         return self._store_update(resource, key, current, patched)
 
     def _store_update(
@@ -900,6 +960,23 @@ class ApiServerEmulator:
                 kind=resource.kind,
                 causes=[c.to_status_cause() for c in causes],
             )
+
+
+def _check_event(event: Mapping[str, Any], namespace: str) -> None:
+    """The API server's rule for a legacy Event (no ``eventTime``) about an object: the
+    Event lives in its object's namespace, and one about a cluster-scoped object (a
+    Node) in ``default``."""
+    involved = event.get("involvedObject")
+    if not isinstance(involved, Mapping) or not involved.get("kind") or not involved.get("name"):
+        raise _ApiError(422, "Invalid", "Event is invalid: involvedObject: Required value")
+    wanted = involved.get("namespace") or "default"
+    if event.get("eventTime") is None and namespace != wanted:
+        raise _ApiError(
+            422,
+            "Invalid",
+            f'Event "{event["metadata"]["name"]}" is invalid: involvedObject.namespace: '
+            f'Invalid value: "{involved.get("namespace") or ""}": does not match event.namespace',
+        )
 
 
 def _workload(name: str) -> dict[str, Any]:
@@ -991,7 +1068,7 @@ def seed_gfd_cluster(
     pod_name: str = "gfd-abcde",
     node_labels: Mapping[str, str] | None = None,
     node_annotations: Mapping[str, str] | None = None,
-    rules: Iterable[tuple[str, str]] = GFD_RULES,
+    rules: Iterable[tuple[str, ...]] = GFD_RULES,
 ) -> dict[str, Any]:
     """A node, gfd's DaemonSet and Pod, and a token with gfd's permissions.
 
