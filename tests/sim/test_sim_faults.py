@@ -299,6 +299,15 @@ def test_reconfiguring_resets_counters(nvml: ModuleType) -> None:
         ),
         (Faults(gpu_lost=(GpuLost(gpu=0, after_calls=-2),)), "faults.gpu_lost[0].after_calls"),
         (Faults(driver_not_loaded_inits=-1), "faults.driver_not_loaded_inits"),
+        (Faults(gpu_vanished=(GpuVanished(gpu=1, after_calls=0),)), "faults.gpu_vanished[0].gpu"),
+        (
+            Faults(
+                gpu_lost=(GpuLost(gpu=0, after_calls=1),),
+                gpu_vanished=(GpuVanished(gpu=0, after_calls=1),),
+            ),
+            "faults.gpu_vanished[0].gpu",
+        ),
+        (Faults(nvlink_down=(NvLinkDown(gpu=0, after_calls=0),)), "faults.nvlink_down[0].gpu"),
     ],
 )
 def test_faults_built_in_code_are_validated(faults: Faults, field: str) -> None:
