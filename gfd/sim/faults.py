@@ -100,6 +100,9 @@ EXPORTED_CALLS: tuple[str, ...] = (
     "nvmlSystemGetTopologyGpuSet",
 )
 
+#: The machine file's AFTER_CALLS is a 32-bit unsigned number.
+MAX_AFTER_CALLS = 2**32 - 1
+
 #: ``nvmlErrorString`` cannot fail, so it cannot carry an injected error.
 _UNFAULTABLE = frozenset({"nvmlErrorString"})
 
@@ -324,10 +327,14 @@ def _gpu_after_calls(
         raise FactsError(
             source, f"{path}.after_calls", "required: calls the GPU answers before the fault"
         )
-    return (
-        _gpu_index(fields["gpu"], source, f"{path}.gpu", gpu_count),
-        _count(fields["after_calls"], source, f"{path}.after_calls"),
-    )
+    after_calls = _count(fields["after_calls"], source, f"{path}.after_calls")
+    if after_calls > MAX_AFTER_CALLS:
+        raise FactsError(
+            source,
+            f"{path}.after_calls",
+            f"{after_calls} is more than the machine file holds ({MAX_AFTER_CALLS})",
+        )
+    return _gpu_index(fields["gpu"], source, f"{path}.gpu", gpu_count), after_calls
 
 
 def _nvlink_down(item: Any, source: str, path: str, gpus: Sequence[Gpu]) -> NvLinkDown:

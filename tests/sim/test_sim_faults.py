@@ -182,6 +182,19 @@ def test_a_gpu_vanished_from_the_start_takes_its_nvlinks_with_it(nvml: ModuleTyp
         nvml.nvmlShutdown()
 
 
+def test_the_mig_devices_of_a_vanished_gpu_vanish_with_it(nvml: ModuleType) -> None:
+    facts = load_profile("dgx-a100-mig-mixed").facts
+    faults = Faults(gpu_vanished=(GpuVanished(gpu=0, after_calls=0),))
+    with simulate_raw(with_faults("dgx-a100-mig-mixed", faults)):
+        nvml.nvmlInit()
+        with nvml_fails(pynvml.NVML_ERROR_NOT_FOUND):
+            nvml.nvmlDeviceGetHandleByUUID(facts.gpus[0].mig_devices[0].uuid)
+        kept = nvml.nvmlDeviceGetHandleByUUID(facts.gpus[1].mig_devices[0].uuid)
+        parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(kept)
+        assert nvml.nvmlDeviceGetIndex(parent) == 0
+        nvml.nvmlShutdown()
+
+
 def test_vanishing_keeps_the_switch_trunks_of_a_two_board_machine(nvml: ModuleType) -> None:
     # dgx2-v100 joins its two boards by one nvlink_p2p fact, GPU 0 <-> GPU 8.
     faults = Faults(gpu_vanished=(GpuVanished(gpu=0, after_calls=0),))

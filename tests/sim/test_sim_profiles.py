@@ -262,6 +262,11 @@ gpus:
         ("faults: {gpu_vanished: [{after_calls: 1}]}", "faults.gpu_vanished[0].gpu", "required"),
         ("faults: {gpu_vanished: [{gpu: 0}]}", "faults.gpu_vanished[0].after_calls", "required"),
         (
+            "faults: {gpu_vanished: [{gpu: 0, after_calls: 4294967296}]}",
+            "faults.gpu_vanished[0].after_calls",
+            "more than the machine file holds",
+        ),
+        (
             "faults: {gpu_vanished: [{gpu: 2, after_calls: 1}]}",
             "faults.gpu_vanished[0].gpu",
             "GPU 2 does not exist (the machine has 2)",
