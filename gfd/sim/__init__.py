@@ -42,7 +42,16 @@ from gfd.facts import (
 )
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch
 from gfd.sim.branch_library import BranchLibraries, hidden_in, write_without_exports
-from gfd.sim.faults import NO_FAULTS, CallError, Faults, GpuLost, check_faults, parse_faults
+from gfd.sim.faults import (
+    NO_FAULTS,
+    CallError,
+    Faults,
+    GpuLost,
+    GpuVanished,
+    NvLinkDown,
+    check_faults,
+    parse_faults,
+)
 from gfd.sim.machine_file import check_servable, render_machine_file
 from gfd.sim.sysfs_tree import write_sysfs_tree
 
@@ -52,6 +61,8 @@ __all__ = [
     "CallError",
     "Faults",
     "GpuLost",
+    "GpuVanished",
+    "NvLinkDown",
     "SimulatedMachine",
     "SimulationProfile",
     "library_path",
@@ -126,7 +137,7 @@ def load_profile(name_or_path: str) -> SimulationProfile:
         faults_data = document.get("faults")
         document = {key: value for key, value in document.items() if key != "faults"}
     facts = facts_from_dict(document, source)
-    faults = parse_faults(faults_data, source, len(facts.gpus))
+    faults = parse_faults(faults_data, source, facts.gpus)
     check_servable(facts, source)
     return SimulationProfile(facts=facts, faults=faults, source=source)
 
@@ -200,7 +211,7 @@ def _checked(facts: NodeFacts, source: str) -> None:
 def _as_profile(profile: str | Path | SimulationProfile | NodeFacts) -> SimulationProfile:
     if isinstance(profile, SimulationProfile):
         _checked(profile.facts, profile.source)
-        check_faults(profile.faults, profile.source, len(profile.facts.gpus))
+        check_faults(profile.faults, profile.source, profile.facts.gpus)
         return profile
     if isinstance(profile, NodeFacts):
         _checked(profile, "<facts>")

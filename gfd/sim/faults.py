@@ -1,15 +1,25 @@
 """Fault injection for the NVML simulator: the ``faults:`` section of a profile.
 
 This module owns the fault model (frozen dataclasses), its YAML form and its
-validation. The three kinds, all counted from the moment the library is
+validation. The kinds, all counted from the moment the library is
 (re)configured and kept across ``nvmlInit``/``nvmlShutdown``:
 
 - ``errors``: a named NVML call returns an NVML error code, optionally only for
   one GPU index and only the first ``times`` matching calls.
 - ``gpu_lost``: after ``after_calls`` NVML calls on a GPU, every later call on
   it returns ``NVML_ERROR_GPU_IS_LOST``.
+- ``gpu_vanished``: after ``after_calls`` NVML calls on a GPU, NVML no longer
+  enumerates it (the count drops by one, later GPUs move down an index, lookups by
+  bus id or UUID return ``NVML_ERROR_NOT_FOUND``); its old handles return
+  ``NVML_ERROR_GPU_IS_LOST``. Its sysfs PCI directory stays. A GPU is lost or
+  vanishes, not both.
+- ``nvlink_down``: after ``after_calls`` NVML calls on a GPU, the listed links (all
+  of them when ``links`` is omitted) are inactive.
 - ``driver_not_loaded_inits``: the first N ``nvmlInit*`` calls return
   ``NVML_ERROR_DRIVER_NOT_LOADED``, later ones succeed.
+
+GPU indices are those of the profile (the machine as loaded), also for faults that
+take effect after an earlier GPU vanished.
 
 Validation errors are :class:`gfd.facts.FactsError` naming the file and the
 field path (``faults.errors[0].call``).
@@ -18,11 +28,11 @@ field path (``faults.errors[0].call``).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.facts import FactsError
+from gfd.facts import FactsError, Gpu
 
 #: Every NVML symbol the simulator library exports; a fault names one of these.
 EXPORTED_CALLS: tuple[str, ...] = (
@@ -90,6 +100,9 @@ EXPORTED_CALLS: tuple[str, ...] = (
     "nvmlSystemGetTopologyGpuSet",
 )
 
+#: The machine file's AFTER_CALLS is a 32-bit unsigned number.
+MAX_AFTER_CALLS = 2**32 - 1
+
 #: ``nvmlErrorString`` cannot fail, so it cannot carry an injected error.
 _UNFAULTABLE = frozenset({"nvmlErrorString"})
 
@@ -149,24 +162,52 @@ class GpuLost:
 
 
 @dataclass(frozen=True)
+class GpuVanished:
+    """GPU ``gpu`` answers ``after_calls`` calls, then NVML stops enumerating it for good.
+
+    It stays on the PCI bus (its sysfs directory remains), as after Xid 79 or a failed
+    RmInitAdapter: the driver no longer attaches it.
+    """
+
+    gpu: int
+    after_calls: int
+
+
+@dataclass(frozen=True)
+class NvLinkDown:
+    """After ``after_calls`` calls on GPU ``gpu``, its links ``links`` go inactive for good."""
+
+    gpu: int
+    after_calls: int
+    #: Link indices (``nvlinks[].index``) of the GPU; None: every link it has.
+    links: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Faults:
     """Everything that goes wrong on a simulated machine. The default: nothing."""
 
     errors: tuple[CallError, ...] = ()
     gpu_lost: tuple[GpuLost, ...] = ()
     driver_not_loaded_inits: int = 0
+    gpu_vanished: tuple[GpuVanished, ...] = ()
+    nvlink_down: tuple[NvLinkDown, ...] = ()
 
 
 NO_FAULTS = Faults()
 
 
-def parse_faults(data: Any, source: str, gpu_count: int) -> Faults:
-    """Build :class:`Faults` from the plain ``faults:`` value of a profile (None: no faults)."""
+def parse_faults(data: Any, source: str, gpus: Sequence[Gpu]) -> Faults:
+    """Build :class:`Faults` from the plain ``faults:`` value of a profile (None: no faults).
+
+    ``gpus`` are the profile's GPUs: a fault must name one of them, and its links.
+    """
     if data is None:
         return NO_FAULTS
     if not isinstance(data, Mapping):
         raise FactsError(source, "faults", f"expected a mapping, got {_kind(data)}")
-    known = ("errors", "gpu_lost", "driver_not_loaded_inits")
+    gpu_count = len(gpus)
+    known = ("errors", "gpu_lost", "gpu_vanished", "nvlink_down", "driver_not_loaded_inits")
     for key in data:
         if key not in known:
             raise FactsError(
@@ -177,18 +218,39 @@ def parse_faults(data: Any, source: str, gpu_count: int) -> Faults:
         for i, item in enumerate(_list(data.get("errors"), source, "faults.errors"))
     )
     lost = tuple(
-        _gpu_lost(item, source, f"faults.gpu_lost[{i}]", gpu_count)
+        GpuLost(*_gpu_after_calls(item, source, f"faults.gpu_lost[{i}]", gpu_count, "is lost"))
         for i, item in enumerate(_list(data.get("gpu_lost"), source, "faults.gpu_lost"))
     )
-    seen: set[int] = set()
-    for i, entry in enumerate(lost):
-        if entry.gpu in seen:
+    _once_each(source, "faults.gpu_lost", [entry.gpu for entry in lost])
+    vanished = tuple(
+        GpuVanished(
+            *_gpu_after_calls(item, source, f"faults.gpu_vanished[{i}]", gpu_count, "vanishes")
+        )
+        for i, item in enumerate(_list(data.get("gpu_vanished"), source, "faults.gpu_vanished"))
+    )
+    _once_each(source, "faults.gpu_vanished", [entry.gpu for entry in vanished])
+    lost_gpus = {entry.gpu: i for i, entry in enumerate(lost)}
+    for i, entry in enumerate(vanished):
+        if entry.gpu in lost_gpus:
             raise FactsError(
-                source, f"faults.gpu_lost[{i}].gpu", f"GPU {entry.gpu} is listed twice"
+                source,
+                f"faults.gpu_vanished[{i}].gpu",
+                f"GPU {entry.gpu} is already lost by faults.gpu_lost[{lost_gpus[entry.gpu]}]; "
+                "a GPU is either lost (still counted) or vanished (no longer enumerated)",
             )
-        seen.add(entry.gpu)
+    links_down = tuple(
+        _nvlink_down(item, source, f"faults.nvlink_down[{i}]", gpus)
+        for i, item in enumerate(_list(data.get("nvlink_down"), source, "faults.nvlink_down"))
+    )
+    _once_each(source, "faults.nvlink_down", [entry.gpu for entry in links_down])
     inits = _count(data.get("driver_not_loaded_inits", 0), source, "faults.driver_not_loaded_inits")
-    return Faults(errors=errors, gpu_lost=lost, driver_not_loaded_inits=inits)
+    return Faults(
+        errors=errors,
+        gpu_lost=lost,
+        driver_not_loaded_inits=inits,
+        gpu_vanished=vanished,
+        nvlink_down=links_down,
+    )
 
 
 def faults_to_dict(faults: Faults) -> dict[str, Any]:
@@ -205,13 +267,22 @@ def faults_to_dict(faults: Faults) -> dict[str, Any]:
     return {
         "errors": errors,
         "gpu_lost": [{"gpu": f.gpu, "after_calls": f.after_calls} for f in faults.gpu_lost],
+        "gpu_vanished": [{"gpu": f.gpu, "after_calls": f.after_calls} for f in faults.gpu_vanished],
+        "nvlink_down": [_nvlink_down_to_dict(f) for f in faults.nvlink_down],
         "driver_not_loaded_inits": faults.driver_not_loaded_inits,
     }
 
 
-def check_faults(faults: Faults, source: str, gpu_count: int) -> None:
-    """Validate faults built in code (not parsed) against a machine with ``gpu_count`` GPUs."""
-    parse_faults(faults_to_dict(faults), source, gpu_count)
+def _nvlink_down_to_dict(fault: NvLinkDown) -> dict[str, Any]:
+    entry: dict[str, Any] = {"gpu": fault.gpu, "after_calls": fault.after_calls}
+    if fault.links is not None:
+        entry["links"] = list(fault.links)
+    return entry
+
+
+def check_faults(faults: Faults, source: str, gpus: Sequence[Gpu]) -> None:
+    """Validate faults built in code (not parsed) against a machine with ``gpus``."""
+    parse_faults(faults_to_dict(faults), source, gpus)
 
 
 def _call_error(item: Any, source: str, path: str, gpu_count: int) -> CallError:
@@ -240,16 +311,84 @@ def _call_error(item: Any, source: str, path: str, gpu_count: int) -> CallError:
     return CallError(call=call, code=code, gpu=gpu, times=times)
 
 
-def _gpu_lost(item: Any, source: str, path: str, gpu_count: int) -> GpuLost:
-    fields = _mapping(item, source, path, ("gpu", "after_calls"))
+def _gpu_after_calls(
+    item: Any,
+    source: str,
+    path: str,
+    gpu_count: int,
+    what: str,
+    extra: tuple[str, ...] = (),
+) -> tuple[int, int]:
+    """The ``gpu`` and ``after_calls`` of an entry about the GPU that ``what`` (``is lost``)."""
+    fields = _mapping(item, source, path, ("gpu", "after_calls", *extra))
     if "gpu" not in fields:
-        raise FactsError(source, f"{path}.gpu", "required: the index of the GPU that is lost")
+        raise FactsError(source, f"{path}.gpu", f"required: the index of the GPU that {what}")
     if "after_calls" not in fields:
-        raise FactsError(source, f"{path}.after_calls", "required: calls answered before the loss")
-    return GpuLost(
-        gpu=_gpu_index(fields["gpu"], source, f"{path}.gpu", gpu_count),
-        after_calls=_count(fields["after_calls"], source, f"{path}.after_calls"),
+        raise FactsError(
+            source, f"{path}.after_calls", "required: calls the GPU answers before the fault"
+        )
+    after_calls = _count(fields["after_calls"], source, f"{path}.after_calls")
+    if after_calls > MAX_AFTER_CALLS:
+        raise FactsError(
+            source,
+            f"{path}.after_calls",
+            f"{after_calls} is more than the machine file holds ({MAX_AFTER_CALLS})",
+        )
+    return _gpu_index(fields["gpu"], source, f"{path}.gpu", gpu_count), after_calls
+
+
+def _nvlink_down(item: Any, source: str, path: str, gpus: Sequence[Gpu]) -> NvLinkDown:
+    gpu, after_calls = _gpu_after_calls(
+        item, source, path, len(gpus), "loses links", extra=("links",)
     )
+    present = [link.index for link in gpus[gpu].nvlinks]
+    if not present:
+        raise FactsError(source, f"{path}.gpu", f"GPU {gpu} has no NVLinks to take down")
+    value = item.get("links")
+    if value is None:
+        return NvLinkDown(gpu=gpu, after_calls=after_calls)
+    listed = _list(value, source, f"{path}.links")
+    if not listed:
+        raise FactsError(
+            source, f"{path}.links", "names no link (omit links to take every link down)"
+        )
+    links: list[int] = []
+    for j, link in enumerate(listed):
+        where = f"{path}.links[{j}]"
+        if isinstance(link, bool) or not isinstance(link, int):
+            raise FactsError(source, where, f"expected a link index, got {_kind(link)}")
+        if link not in present:
+            raise FactsError(
+                source,
+                where,
+                f"GPU {gpu} has no link {link} (its links: {_ranges(sorted(present))})",
+            )
+        if link in links:
+            raise FactsError(source, where, f"link {link} is listed twice")
+        links.append(link)
+    return NvLinkDown(gpu=gpu, after_calls=after_calls, links=tuple(links))
+
+
+def _once_each(source: str, path: str, gpus: list[int]) -> None:
+    seen: set[int] = set()
+    for i, gpu in enumerate(gpus):
+        if gpu in seen:
+            raise FactsError(source, f"{path}[{i}].gpu", f"GPU {gpu} is listed twice")
+        seen.add(gpu)
+
+
+def _ranges(values: list[int]) -> str:
+    """``0-5,8`` for sorted ``[0, 1, 2, 3, 4, 5, 8]``."""
+    parts: list[str] = []
+    start = previous = values[0]
+    for value in [*values[1:], None]:
+        if value is not None and value == previous + 1:
+            previous = value
+            continue
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+        if value is not None:
+            start = previous = value
+    return ",".join(parts)
 
 
 def _error_code(value: Any, source: str, path: str) -> int:

@@ -303,6 +303,11 @@ def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
         lines.append(f"fault_error {error.call} {error.code} {only_gpu} {times}")
     for lost in faults.gpu_lost:
         lines.append(f"fault_gpu_lost {lost.gpu} {lost.after_calls}")
+    for vanished in faults.gpu_vanished:
+        lines.append(f"fault_gpu_vanished {vanished.gpu} {vanished.after_calls}")
+    for down in faults.nvlink_down:
+        links = "-" if down.links is None else ",".join(str(link) for link in down.links)
+        lines.append(f"fault_nvlink_down {down.gpu} {down.after_calls} {links}")
     if faults.driver_not_loaded_inits:
         lines.append(f"fault_driver_not_loaded {faults.driver_not_loaded_inits}")
     return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@
  *   sim_config.c    the machine file format (documented there) and its parser;
  *                   gfdsim_configure, gfdsim_last_error
  *   sim_core.c      shared state, the lock and call admission (init state, handles,
- *                   lost GPUs, injected errors); nvmlInit*, nvmlShutdown,
+ *                   lost and vanished GPUs, links cut, injected errors); nvmlInit*, nvmlShutdown,
  *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
  *   sim_device.c    enumeration and identity: nvmlDeviceGetCount*, GetHandleBy*,
  *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetPciInfo*,
@@ -77,11 +77,13 @@ struct nvmlComputeInstance_st {
 
 typedef struct {
     int index;
-    int active;
+    int active; /* as the machine file gives it; see sim_link_active for faults */
     int has_remote_bus;
     char remote_bus[BUS_ID_MAX];
     int has_remote_type;
     unsigned remote_type;
+    int remote_gpu;        /* the GPU of this machine at the far end, -1: none */
+    long long down_after;  /* fault_nvlink_down: calls on the GPU before it goes down; -1 never */
 } sim_link;
 
 typedef struct {
@@ -147,6 +149,7 @@ typedef struct {
     unsigned long long calls;
     long long lost_after; /* -1: never */
     int lost;
+    long long vanish_after; /* -1: never; vanished once calls >= vanish_after */
 } sim_gpu;
 
 typedef struct {
@@ -222,6 +225,23 @@ SIM_INTERNAL nvmlReturn_t sim_enter_pair(const char *call, nvmlDevice_t a, nvmlD
                                          sim_gpu **ga, sim_gpu **gb);
 /* Copy a NUL-terminated string into a caller's buffer of `length` bytes, NVML style. */
 SIM_INTERNAL nvmlReturn_t sim_copy_string(const char *value, char *dest, unsigned length);
+
+/* sim_core.c: what faults leave of the machine. GPUs keep their machine-file index
+ * (gpu->handle.gpu) inside the library; NVML's indices count only the GPUs that have
+ * not vanished (fault_gpu_vanished). */
+/* The GPU has answered its vanish_after calls: NVML no longer enumerates it. */
+SIM_INTERNAL int sim_vanished(const sim_gpu *gpu);
+/* How many GPUs NVML enumerates (nvmlDeviceGetCount). */
+SIM_INTERNAL unsigned sim_visible_count(void);
+/* The GPU at NVML index `index`, NULL past the end. */
+SIM_INTERNAL sim_gpu *sim_visible_gpu(unsigned index);
+/* The NVML index of a GPU that has not vanished. */
+SIM_INTERNAL unsigned sim_visible_index(const sim_gpu *gpu);
+/* A link of `gpu` cut by a fault: taken down (fault_nvlink_down) or its peer GPU vanished.
+ * Asked by a call on `gpu`, after the call was admitted (counted). */
+SIM_INTERNAL int sim_link_cut(const sim_gpu *gpu, const sim_link *link);
+/* Active as the machine file gives it and not cut. */
+SIM_INTERNAL int sim_link_active(const sim_gpu *gpu, const sim_link *link);
 
 /* sim_device.c */
 /* Fill an nvmlPciInfo_t from a GPU's bus id and PCI device id. */

@@ -66,6 +66,15 @@
  *                                         one GPU or any, the first TIMES matches or always
  *   fault_gpu_lost GPU AFTER_CALLS        after that many calls on the GPU, every later
  *                                         call on it returns NVML_ERROR_GPU_IS_LOST
+ *   fault_gpu_vanished GPU AFTER_CALLS    after that many calls on the GPU, NVML no longer
+ *                                         enumerates it (count one fewer, later GPUs one
+ *                                         index lower, NOT_FOUND by bus id or UUID) and its
+ *                                         handles return NVML_ERROR_GPU_IS_LOST; a GPU is
+ *                                         lost or vanishes, not both
+ *   fault_nvlink_down GPU AFTER_CALLS LINKS|-
+ *                                         after that many calls on the GPU, its links
+ *                                         LINKS (listed link indices, comma-separated;
+ *                                         "-": every link) are inactive
  *   fault_driver_not_loaded INITS         the first INITS nvmlInit* calls fail
  */
 
@@ -401,6 +410,8 @@ static int parse_gpu_key(parse_ctx *ctx, sim_gpu *gpu, const char *key, char *va
         sim_link *link = &links[gpu->n_links++];
         link->index = (int)index;
         link->active = (int)active;
+        link->remote_gpu = -1;
+        link->down_after = -1;
         if (strcmp(t_bus, "-") != 0) {
             unsigned d, b, dv, f;
             if (sim_parse_bus_id(t_bus, &d, &b, &dv, &f) != 0) {
@@ -589,6 +600,90 @@ static int parse_fault_error(parse_ctx *ctx, sim_machine *m, char *value) {
     return 0;
 }
 
+static int take_link_down(parse_ctx *ctx, unsigned gpu, sim_link *link, unsigned after_calls) {
+    if (link->down_after >= 0) {
+        return parse_fail(ctx, "fault_nvlink_down: link %d of GPU %u is listed twice",
+                          link->index, gpu);
+    }
+    link->down_after = after_calls;
+    return 0;
+}
+
+static int parse_fault_nvlink_down(parse_ctx *ctx, sim_machine *m, char *value) {
+    char *rest = value;
+    char *t_gpu = next_token(&rest);
+    char *t_after = next_token(&rest);
+    char *t_links = next_token(&rest);
+    if (t_links == NULL || next_token(&rest) != NULL) {
+        return parse_fail(ctx, "fault_nvlink_down: expected GPU AFTER_CALLS LINKS|-");
+    }
+    unsigned index, after;
+    if (parse_u32(t_gpu, &index) != 0 || index >= m->n_gpus) {
+        return parse_fail(ctx, "fault_nvlink_down: GPU '%s' does not exist", t_gpu);
+    }
+    if (parse_u32(t_after, &after) != 0) {
+        return parse_fail(ctx, "fault_nvlink_down: AFTER_CALLS '%s' is not a count", t_after);
+    }
+    sim_gpu *gpu = &m->gpus[index];
+    if (gpu->n_links == 0) {
+        return parse_fail(ctx, "fault_nvlink_down: GPU %u has no links", index);
+    }
+    if (strcmp(t_links, "-") == 0) {
+        for (size_t i = 0; i < gpu->n_links; i++) {
+            if (take_link_down(ctx, index, &gpu->links[i], after) != 0) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    char *cursor = t_links;
+    while (cursor != NULL) {
+        char *comma = strchr(cursor, ',');
+        if (comma != NULL) {
+            *comma = '\0';
+        }
+        unsigned link;
+        if (parse_u32(cursor, &link) != 0) {
+            return parse_fail(ctx, "fault_nvlink_down: '%s' is not a link index", cursor);
+        }
+        sim_link *found = NULL;
+        for (size_t i = 0; i < gpu->n_links && found == NULL; i++) {
+            if (gpu->links[i].index == (int)link) {
+                found = &gpu->links[i];
+            }
+        }
+        if (found == NULL) {
+            return parse_fail(ctx, "fault_nvlink_down: GPU %u has no link %u", index, link);
+        }
+        if (take_link_down(ctx, index, found, after) != 0) {
+            return -1;
+        }
+        cursor = comma != NULL ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Which GPU of the machine each link ends at (by bus id), for faults that cut links. */
+static void find_link_peers(sim_machine *m) {
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        for (size_t k = 0; k < m->gpus[i].n_links; k++) {
+            sim_link *l = &m->gpus[i].links[k];
+            unsigned d, b, dv, f;
+            l->remote_gpu = -1;
+            if (!l->has_remote_bus || sim_parse_bus_id(l->remote_bus, &d, &b, &dv, &f) != 0) {
+                continue;
+            }
+            for (size_t j = 0; j < m->n_gpus; j++) {
+                const sim_gpu *g = &m->gpus[j];
+                if (j != i && g->domain == d && g->bus == b && g->device == dv &&
+                    g->function == f) {
+                    l->remote_gpu = (int)j;
+                }
+            }
+        }
+    }
+}
+
 static int parse_line(parse_ctx *ctx, sim_machine *m, char *line) {
     char *rest = line;
     char *key = next_token(&rest);
@@ -624,6 +719,7 @@ static int parse_line(parse_ctx *ctx, sim_machine *m, char *line) {
         }
         m->gpus = gpus;
         gpus[m->n_gpus].lost_after = -1;
+        gpus[m->n_gpus].vanish_after = -1;
         m->n_gpus++;
         return 0;
     }
@@ -698,15 +794,26 @@ static int parse_late_line(parse_ctx *ctx, sim_machine *m, char *line) {
         }
         return 0;
     }
-    if (strcmp(key, "fault_gpu_lost") == 0) {
+    if (strcmp(key, "fault_gpu_lost") == 0 || strcmp(key, "fault_gpu_vanished") == 0) {
         if (parse_numbers(ctx, key, value, n, 2) != 0) {
             return -1;
         }
         if (n[0] >= m->n_gpus) {
-            return parse_fail(ctx, "fault_gpu_lost: GPU %u does not exist", n[0]);
+            return parse_fail(ctx, "%s: GPU %u does not exist", key, n[0]);
         }
-        m->gpus[n[0]].lost_after = n[1];
+        sim_gpu *gpu = &m->gpus[n[0]];
+        if (gpu->lost_after >= 0 || gpu->vanish_after >= 0) {
+            return parse_fail(ctx, "%s: GPU %u is lost or vanishes already", key, n[0]);
+        }
+        if (strcmp(key, "fault_gpu_lost") == 0) {
+            gpu->lost_after = n[1];
+        } else {
+            gpu->vanish_after = n[1];
+        }
         return 0;
+    }
+    if (strcmp(key, "fault_nvlink_down") == 0) {
+        return parse_fault_nvlink_down(ctx, m, value);
     }
     if (strcmp(key, "fault_driver_not_loaded") == 0) {
         if (parse_numbers(ctx, key, value, n, 1) != 0) {
@@ -888,6 +995,9 @@ sim_machine *sim_load_machine(const char *path, char *error, size_t error_size) 
     for (size_t i = 0; ok == 0 && i < n_late; i++) {
         ctx.line = late_lines[i];
         ok = parse_late_line(&ctx, m, late[i]);
+    }
+    if (ok == 0) {
+        find_link_peers(m);
     }
     if (ok == 0 && group_switches(m) != 0) {
         ctx.line = 0;

@@ -1,7 +1,8 @@
 /*
  * sim_core.c: what every call goes through, and NVML's own lifecycle. Owns the
- * shared state (the machine, the init count, the lock) and call admission (init
- * state, handle lookup, lost GPUs and injected errors, the sim_enter_* helpers);
+ * shared state (the machine, the init count, the lock), call admission (init
+ * state, handle lookup, lost and vanished GPUs and injected errors, the sim_enter_*
+ * helpers) and what faults leave of the machine (NVML's enumeration, links cut);
  * nvmlInit*, nvmlShutdown and nvmlErrorString; and the system queries
  * nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion and
  * nvmlSystemGetCudaDriverVersion*.
@@ -67,10 +68,12 @@ static nvmlReturn_t injected(const char *call, const int *gpus, int n_gpus) {
     return NVML_SUCCESS;
 }
 
-/* Count a call on each GPU it names; a GPU past its lost_after is gone for good. */
+/* Count a call on each GPU it names; a GPU past its lost_after is gone for good, and so
+ * is a vanished one (its handles were obtained before it vanished). */
 nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus) {
     for (int k = 0; k < n_gpus; k++) {
-        if (g_machine->gpus[gpus[k]].lost) {
+        const sim_gpu *g = &g_machine->gpus[gpus[k]];
+        if (g->lost || sim_vanished(g)) {
             return NVML_ERROR_GPU_IS_LOST;
         }
     }
@@ -143,6 +146,52 @@ nvmlReturn_t sim_copy_string(const char *value, char *dest, unsigned length) {
     }
     memcpy(dest, value, len + 1);
     return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------- */
+/* What faults leave of the machine */
+
+int sim_vanished(const sim_gpu *gpu) {
+    return gpu->vanish_after >= 0 && gpu->calls >= (unsigned long long)gpu->vanish_after;
+}
+
+unsigned sim_visible_count(void) {
+    unsigned count = 0;
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        count += !sim_vanished(&g_machine->gpus[i]);
+    }
+    return count;
+}
+
+sim_gpu *sim_visible_gpu(unsigned index) {
+    for (size_t i = 0; i < g_machine->n_gpus; i++) {
+        sim_gpu *g = &g_machine->gpus[i];
+        if (!sim_vanished(g) && index-- == 0) {
+            return g;
+        }
+    }
+    return NULL;
+}
+
+unsigned sim_visible_index(const sim_gpu *gpu) {
+    unsigned index = 0;
+    for (int i = 0; i < gpu->handle.gpu; i++) {
+        index += !sim_vanished(&g_machine->gpus[i]);
+    }
+    return index;
+}
+
+int sim_link_cut(const sim_gpu *gpu, const sim_link *link) {
+    /* The call asking was counted already: more than down_after calls means at least
+     * down_after calls were answered before it. */
+    if (link->down_after >= 0 && gpu->calls > (unsigned long long)link->down_after) {
+        return 1;
+    }
+    return link->remote_gpu >= 0 && sim_vanished(&g_machine->gpus[link->remote_gpu]);
+}
+
+int sim_link_active(const sim_gpu *gpu, const sim_link *link) {
+    return link->active && !sim_link_cut(gpu, link);
 }
 
 /* ------------------------------------------------------------------------- */

@@ -3,6 +3,11 @@
  * nvmlDeviceGetHandleByIndex*, ...ByPciBusId*, ...ByUUID, nvmlDeviceGetIndex,
  * nvmlDeviceGetMinorNumber, nvmlDeviceGetName, nvmlDeviceGetUUID,
  * nvmlDeviceGetPciInfo*, nvmlDeviceGetArchitecture and nvmlDeviceGetBrand.
+ *
+ * Enumeration leaves vanished GPUs out (fault_gpu_vanished): the count drops, later GPUs
+ * move down an index (nvmlDeviceGetIndex agrees), and lookups by bus id or UUID return
+ * NOT_FOUND. Minor numbers stay the machine file's index: /dev/nvidiaN nodes are the
+ * kernel's, made when the driver loaded, and keep their numbers.
  */
 
 #include "nvmlsim.h"
@@ -21,7 +26,7 @@ static nvmlReturn_t device_count(const char *call, unsigned int *deviceCount) {
     if (deviceCount == NULL) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    *deviceCount = (unsigned)g_machine->n_gpus;
+    *deviceCount = sim_visible_count();
     return NVML_SUCCESS;
 }
 
@@ -39,15 +44,16 @@ static nvmlReturn_t handle_by_index(const char *call, unsigned int index, nvmlDe
     if (g_init_count == 0 || g_machine == NULL) {
         return NVML_ERROR_UNINITIALIZED;
     }
-    if (device == NULL || index >= g_machine->n_gpus) {
+    sim_gpu *g = sim_visible_gpu(index);
+    if (device == NULL || g == NULL) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    int gpu = (int)index;
+    int gpu = g->handle.gpu;
     nvmlReturn_t rc = sim_admit(call, &gpu, 1);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    *device = &g_machine->gpus[index].handle;
+    *device = &g->handle;
     return NVML_SUCCESS;
 }
 
@@ -73,7 +79,8 @@ static nvmlReturn_t handle_by_bus_id(const char *call, const char *pciBusId,
     }
     for (size_t i = 0; i < g_machine->n_gpus; i++) {
         sim_gpu *g = &g_machine->gpus[i];
-        if (g->domain == d && g->bus == b && g->device == dv && g->function == f) {
+        if (g->domain == d && g->bus == b && g->device == dv && g->function == f &&
+            !sim_vanished(g)) {
             if (g->lost) {
                 return NVML_ERROR_GPU_IS_LOST;
             }
@@ -105,6 +112,9 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
     }
     for (size_t i = 0; i < g_machine->n_gpus; i++) {
         sim_gpu *g = &g_machine->gpus[i];
+        if (sim_vanished(g)) {
+            continue;
+        }
         if (g->has_uuid && strcmp(g->uuid, uuid) == 0) {
             if (g->lost) {
                 RETURN(NVML_ERROR_GPU_IS_LOST);
@@ -135,7 +145,7 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
     if (index == NULL) {
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     }
-    *index = (unsigned)gpu->handle.gpu;
+    *index = sim_visible_index(gpu);
     RETURN(NVML_SUCCESS);
 }
 
@@ -149,7 +159,7 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
     if (minorNumber == NULL) {
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     }
-    /* /dev/nvidiaN numbering follows the enumeration order on a simulated machine. */
+    /* /dev/nvidiaN numbering follows the machine file's order (also past a vanished GPU). */
     *minorNumber = (unsigned)gpu->handle.gpu;
     RETURN(NVML_SUCCESS);
 }

@@ -3,6 +3,15 @@
  * nvmlSystemGetTopologyGpuSet, nvmlDeviceGetTopologyCommonAncestor,
  * nvmlDeviceGetTopologyNearestGpus, nvmlDeviceGetP2PStatus, the per-link
  * nvmlDeviceGetNvLink* calls and nvmlDeviceGetFieldValues (NVLink link count).
+ *
+ * Faults: a vanished GPU (fault_gpu_vanished) is no longer in any GPU set or nearest-GPU
+ * list, and calls naming its old handle return GPU_IS_LOST (call admission). A link cut
+ * by a fault (fault_nvlink_down, or a link whose far end is a vanished GPU) reads as an
+ * inactive link as the reader records one: state DISABLED, no remote PCI info or device
+ * type (NOT_SUPPORTED); its version and the link count stay. NVLink P2P is then derived
+ * from the links left: an nvlink_p2p status given for a pair no longer holds once a link
+ * of either GPU is cut; the NVSwitch fabrics and their trunks stay as loaded (switches do
+ * not vanish with a GPU), and a GPU with no switch link left is on none of them.
  */
 
 #include "nvmlsim.h"
@@ -57,7 +66,8 @@ nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *c
     }
     unsigned found = 0;
     for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        if (affinity_has_cpu(&g_machine->gpus[i], cpuNumber)) {
+        const sim_gpu *g = &g_machine->gpus[i];
+        if (!sim_vanished(g) && affinity_has_cpu(g, cpuNumber)) {
             matches[found++] = &g_machine->gpus[i].handle;
         }
     }
@@ -119,7 +129,7 @@ nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopolo
     for (size_t i = 0; i < g_machine->n_gpus; i++) {
         sim_gpu *other = &g_machine->gpus[i];
         int l = level_of(gpu, other);
-        if (other != gpu && l >= 0 && l <= (int)level) {
+        if (other != gpu && !sim_vanished(other) && l >= 0 && l <= (int)level) {
             matches[found++] = &other->handle;
         }
     }
@@ -132,7 +142,7 @@ nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopolo
 static int nvlink_connected(const sim_gpu *a, const sim_gpu *b) {
     for (size_t i = 0; i < a->n_links; i++) {
         const sim_link *la = &a->links[i];
-        if (!la->active || !la->has_remote_bus) {
+        if (!sim_link_active(a, la) || !la->has_remote_bus) {
             continue;
         }
         if (strcmp(la->remote_bus, b->bus_id) == 0) {
@@ -143,9 +153,31 @@ static int nvlink_connected(const sim_gpu *a, const sim_gpu *b) {
         }
         for (size_t j = 0; j < b->n_links; j++) {
             const sim_link *lb = &b->links[j];
-            if (lb->active && lb->has_remote_bus && strcmp(la->remote_bus, lb->remote_bus) == 0) {
+            if (sim_link_active(b, lb) && lb->has_remote_bus &&
+                strcmp(la->remote_bus, lb->remote_bus) == 0) {
                 return 1;
             }
+        }
+    }
+    return 0;
+}
+
+/* A link to an NVSwitch is still up: the GPU is on its switch fabric. */
+static int on_switch_fabric(const sim_gpu *gpu) {
+    for (size_t i = 0; i < gpu->n_links; i++) {
+        const sim_link *l = &gpu->links[i];
+        if (sim_link_active(gpu, l) && l->has_remote_bus && l->has_remote_type &&
+            l->remote_type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int any_link_cut(const sim_gpu *gpu) {
+    for (size_t i = 0; i < gpu->n_links; i++) {
+        if (sim_link_cut(gpu, &gpu->links[i])) {
+            return 1;
         }
     }
     return 0;
@@ -165,12 +197,15 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
     }
     /* NVLink P2P as the machine file gives it, else derived: direct links, a shared switch,
      * or switches joined by trunks (see switch_group). */
-    int given = g_machine->p2p_nvlink[(size_t)a->handle.gpu * g_machine->n_gpus +
-                                      (size_t)b->handle.gpu];
+    int cut = any_link_cut(a) || any_link_cut(b);
+    int given = cut ? -1
+                    : g_machine->p2p_nvlink[(size_t)a->handle.gpu * g_machine->n_gpus +
+                                            (size_t)b->handle.gpu];
     int trunked = a->handle.gpu != b->handle.gpu &&
                   g_machine->switch_group[a->handle.gpu] >= 0 &&
                   g_machine->switch_group[a->handle.gpu] ==
-                      g_machine->switch_group[b->handle.gpu];
+                      g_machine->switch_group[b->handle.gpu] &&
+                  on_switch_fabric(a) && on_switch_fabric(b);
     int nvlink = given >= 0 ? given == NVML_P2P_STATUS_OK
                             : trunked || nvlink_connected(a, b) || nvlink_connected(b, a);
     int level = level_of(a, b);
@@ -247,7 +282,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
     if (rc != NVML_SUCCESS) {
         RETURN(rc);
     }
-    *isActive = l->active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    *isActive = sim_link_active(gpu, l) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     RETURN(NVML_SUCCESS);
 }
 
@@ -275,7 +310,7 @@ static nvmlReturn_t remote_pci(const char *call, nvmlDevice_t device, unsigned i
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (!l->has_remote_bus) {
+    if (!l->has_remote_bus || sim_link_cut(gpu, l)) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
     sim_gpu remote;
@@ -315,7 +350,7 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned i
     if (rc != NVML_SUCCESS) {
         RETURN(rc);
     }
-    if (!l->has_remote_type) {
+    if (!l->has_remote_type || sim_link_cut(gpu, l)) {
         RETURN(NVML_ERROR_NOT_SUPPORTED);
     }
     *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)l->remote_type;

@@ -205,6 +205,25 @@ _faults = st.fixed_dictionaries(
             ),
             max_size=2,
         ),
+        "gpu_vanished": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "gpu": st.integers(-1, 9) | _scalars,
+                    "after_calls": st.integers(-1, 60) | _scalars,
+                }
+            ),
+            max_size=2,
+        ),
+        "nvlink_down": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "gpu": st.integers(-1, 9) | _scalars,
+                    "after_calls": st.integers(-1, 60) | _scalars,
+                },
+                optional={"links": st.lists(st.integers(-1, 20) | _scalars, max_size=3)},
+            ),
+            max_size=2,
+        ),
         "driver_not_loaded_inits": st.integers(-1, 3) | _scalars,
     },
 )

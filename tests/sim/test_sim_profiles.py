@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gfd.errors import GfdError
 from gfd.facts import FactsError, Gpu, NodeFacts, cpulist_to_ids
@@ -25,7 +26,17 @@ from gfd.sim import (
     profile_path,
     simulate,
 )
-from gfd.sim.faults import EXPORTED_CALLS, NVML_ERROR_CODES, CallError
+from gfd.sim.faults import (
+    EXPORTED_CALLS,
+    NVML_ERROR_CODES,
+    CallError,
+    Faults,
+    GpuLost,
+    GpuVanished,
+    NvLinkDown,
+    faults_to_dict,
+    parse_faults,
+)
 from gfd.sim.machine_file import render_machine_file
 
 from .test_sim_nvml import MIG_PROFILE
@@ -247,6 +258,44 @@ gpus:
             "twice",
         ),
         ("faults: {driver_not_loaded_inits: true}", "faults.driver_not_loaded_inits", "count"),
+        ("faults: {gpu_vanished: 1}", "faults.gpu_vanished", "expected a list"),
+        ("faults: {gpu_vanished: [{after_calls: 1}]}", "faults.gpu_vanished[0].gpu", "required"),
+        ("faults: {gpu_vanished: [{gpu: 0}]}", "faults.gpu_vanished[0].after_calls", "required"),
+        (
+            "faults: {gpu_vanished: [{gpu: 0, after_calls: 4294967296}]}",
+            "faults.gpu_vanished[0].after_calls",
+            "more than the machine file holds",
+        ),
+        (
+            "faults: {gpu_vanished: [{gpu: 2, after_calls: 1}]}",
+            "faults.gpu_vanished[0].gpu",
+            "GPU 2 does not exist (the machine has 2)",
+        ),
+        (
+            "faults: {gpu_vanished: [{gpu: 0, after_calls: -1}]}",
+            "faults.gpu_vanished[0].after_calls",
+            "must not be negative",
+        ),
+        (
+            "faults: {gpu_vanished: [{gpu: 0, after_calls: 1, links: [0]}]}",
+            "faults.gpu_vanished[0].links",
+            "unknown field",
+        ),
+        (
+            "faults: {gpu_vanished: [{gpu: 1, after_calls: 1}, {gpu: 1, after_calls: 2}]}",
+            "faults.gpu_vanished[1].gpu",
+            "GPU 1 is listed twice",
+        ),
+        (
+            "faults: {gpu_lost: [{gpu: 1, after_calls: 1}], gpu_vanished: [{gpu: 1, after_calls: 2}]}",
+            "faults.gpu_vanished[0].gpu",
+            "GPU 1 is already lost by faults.gpu_lost[0]",
+        ),
+        (
+            "faults: {nvlink_down: [{gpu: 0, after_calls: 1}]}",
+            "faults.nvlink_down[0].gpu",
+            "GPU 0 has no NVLinks",
+        ),
     ],
 )
 def test_bad_faults_name_file_and_field(
@@ -259,6 +308,98 @@ def test_bad_faults_name_file_and_field(
     assert info.value.source == str(path)
     assert info.value.path == field
     assert problem in info.value.problem
+
+
+#: Two GPUs with NVLinks 0-2 and 5 on the first, none on the second.
+NVLINK_FACTS_HEAD = """\
+gpus:
+- index: 0
+  name: NVIDIA H100 80GB HBM3
+  uuid: GPU-1
+  bus_id: '00000000:18:00.0'
+  nvlinks:
+  - {index: 0, active: true}
+  - {index: 1, active: true}
+  - {index: 2, active: true}
+  - {index: 5, active: false}
+- {index: 1, name: NVIDIA H100 80GB HBM3, uuid: GPU-2, bus_id: '00000000:2A:00.0'}
+"""
+
+
+@pytest.mark.parametrize(
+    ("faults", "field", "problem"),
+    [
+        ("[{gpu: 0}]", "faults.nvlink_down[0].after_calls", "required"),
+        ("[{after_calls: 0}]", "faults.nvlink_down[0].gpu", "required"),
+        ("[{gpu: 0, after_calls: 0, link: [1]}]", "faults.nvlink_down[0].link", "unknown field"),
+        ("[{gpu: 0, after_calls: 0, links: 1}]", "faults.nvlink_down[0].links", "expected a list"),
+        ("[{gpu: 0, after_calls: 0, links: []}]", "faults.nvlink_down[0].links", "names no link"),
+        (
+            "[{gpu: 0, after_calls: 0, links: [0, x]}]",
+            "faults.nvlink_down[0].links[1]",
+            "expected a link index, got a string",
+        ),
+        (
+            "[{gpu: 0, after_calls: 0, links: [0, 3]}]",
+            "faults.nvlink_down[0].links[1]",
+            "GPU 0 has no link 3 (its links: 0-2,5)",
+        ),
+        (
+            "[{gpu: 0, after_calls: 0, links: [0, 5, 0]}]",
+            "faults.nvlink_down[0].links[2]",
+            "link 0 is listed twice",
+        ),
+        (
+            "[{gpu: 0, after_calls: 0, links: [0]}, {gpu: 0, after_calls: 9, links: [1]}]",
+            "faults.nvlink_down[1].gpu",
+            "GPU 0 is listed twice",
+        ),
+        ("[{gpu: 1, after_calls: 0}]", "faults.nvlink_down[0].gpu", "GPU 1 has no NVLinks"),
+        ("[{gpu: 2, after_calls: 0}]", "faults.nvlink_down[0].gpu", "GPU 2 does not exist"),
+    ],
+)
+def test_bad_nvlink_down_faults_name_file_and_field(
+    tmp_path: Path, faults: str, field: str, problem: str
+) -> None:
+    path = tmp_path / "machine.yaml"
+    path.write_text(NVLINK_FACTS_HEAD + f"faults:\n  nvlink_down: {faults}\n")
+    with pytest.raises(FactsError) as info:
+        load_profile(str(path))
+    assert info.value.source == str(path)
+    assert info.value.path == field
+    assert problem in info.value.problem
+
+
+def test_new_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> None:
+    section = textwrap.dedent(
+        """\
+        faults:
+          gpu_lost: [{gpu: 0, after_calls: 12}]
+          gpu_vanished: [{gpu: 1, after_calls: 40}]
+          nvlink_down:
+          - {gpu: 0, after_calls: 7, links: [5, 1]}
+        """
+    )
+    path = tmp_path / "machine.yaml"
+    path.write_text(NVLINK_FACTS_HEAD + section)
+    profile = load_profile(str(path))
+    assert profile.faults == Faults(
+        gpu_lost=(GpuLost(gpu=0, after_calls=12),),
+        gpu_vanished=(GpuVanished(gpu=1, after_calls=40),),
+        nvlink_down=(NvLinkDown(gpu=0, after_calls=7, links=(5, 1)),),
+    )
+    every_link = Faults(nvlink_down=(NvLinkDown(gpu=0, after_calls=0),))
+    for faults in (profile.faults, every_link):
+        document = faults_to_dict(faults)
+        assert parse_faults(document, "<dict>", profile.facts.gpus) == faults
+        # And through YAML text again, as a profile carries it.
+        again = tmp_path / "again.yaml"
+        again.write_text(NVLINK_FACTS_HEAD + yaml.safe_dump({"faults": document}))
+        assert load_profile(str(again)).faults == faults
+    assert "links" not in faults_to_dict(every_link)["nvlink_down"][0]
+    text = render_machine_file(profile.facts, profile.faults)
+    assert "fault_gpu_vanished 1 40\n" in text and "fault_nvlink_down 0 7 5,1\n" in text
+    assert "fault_nvlink_down 0 0 -\n" in render_machine_file(profile.facts, every_link)
 
 
 def test_faults_section_is_parsed(tmp_path: Path) -> None:
@@ -413,6 +554,34 @@ def test_one_simulation_at_a_time() -> None:
             "line 7: nvlink_p2p: pair 0 1 is listed twice",
         ),
         ("gfdsim-config 1\nfault_error nvmlInit 0 - -\n", "'0' is not an NVML error code"),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nfault_gpu_vanished 3 1\n",
+            "line 4: fault_gpu_vanished: GPU 3 does not exist",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nfault_gpu_lost 0 1\nfault_gpu_vanished 0 2\n",
+            "line 5: fault_gpu_vanished: GPU 0 is lost or vanishes already",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nfault_nvlink_down 0 1\n",
+            "fault_nvlink_down: expected GPU AFTER_CALLS LINKS|-",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nfault_nvlink_down 0 1 -\n",
+            "fault_nvlink_down: GPU 0 has no links",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nnvlink 0 1 - -\nfault_nvlink_down 0 1 0,4\n",
+            "line 5: fault_nvlink_down: GPU 0 has no link 4",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nnvlink 0 1 - -\nfault_nvlink_down 0 1 x\n",
+            "fault_nvlink_down: 'x' is not a link index",
+        ),
+        (
+            "gfdsim-config 1\ngpu 0\nbus_id 0:1:0.0\nnvlink 0 1 - -\nfault_nvlink_down 0 1 0,0\n",
+            "fault_nvlink_down: link 0 of GPU 0 is listed twice",
+        ),
     ],
 )
 def test_library_rejects_malformed_machine_files(tmp_path: Path, text: str, problem: str) -> None:
