@@ -150,6 +150,21 @@ def test_the_health_label_reaches_the_feature_file_when_asked_for(tmp_path: Path
     assert "nvidia.com/gpu.health" not in parse_lines(output.read_text())
 
 
+def test_a_gpu_the_driver_never_attached_is_reported_by_a_one_shot_run(tmp_path: Path) -> None:
+    facts = load_profile("dgx-h100").facts
+    profile = tmp_path / "machine.yaml"
+    profile.write_text(
+        dump_facts(facts) + "faults:\n  gpu_vanished:\n  - {gpu: 5, after_calls: 0}\n"
+    )
+    run = gfd("--simulate", str(profile), "--oneshot", "--health-label", "--output-file", "-")
+    assert run.returncode == 0, run.stderr
+    labels = parse_lines(run.stdout)
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.health"]) == ("7", "GPULost")
+    address = "0000:" + facts.gpus[5].bus_id.split(":", 1)[1].lower()
+    # NVML never listed it in this process, so it has no index to be named by.
+    assert f"the GPU at {address} is on the PCI bus but NVML does not see it" in run.stderr
+
+
 def test_durations_as_an_operator_writes_them(tmp_path: Path) -> None:
     output = tmp_path / "gfd"
     common = ("--simulate", "t4-single", "--oneshot", "--no-timestamp", "-o", str(output))

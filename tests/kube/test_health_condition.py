@@ -25,7 +25,7 @@ from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.reader import NvmlReader
 from gfd.sim import SimulatedMachine, configure_library, load_profile, simulate
-from gfd.sim.faults import NO_FAULTS, Faults, GpuLost
+from gfd.sim.faults import NO_FAULTS, Faults, GpuLost, GpuVanished, NvLinkDown
 from gfd.sim.machine_file import render_machine_file
 from gfd.sinks.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.sinks.featurefile import FeatureFileSink
@@ -208,6 +208,49 @@ def test_a_gpu_that_answers_gpu_is_lost_keeps_the_labels_and_turns_the_condition
     assert failing(telemetry, "gpu-lost") == 1
     # The last good labels stay: a read that failed publishes nothing.
     assert emulator.node_labels(NODE) == labels
+
+
+def sysfs_address(index: int) -> str:
+    return "0000:" + FACTS.gpus[index].bus_id.split(":", 1)[1].lower()
+
+
+def test_a_gpu_vanishing_from_nvml_in_the_simulator_is_lost_by_its_old_index(
+    agent: Agent, machine: SimulatedMachine, emulator: ApiServerEmulator, tmp_path: Path
+) -> None:
+    assert agent.cycle().ok
+    # The simulator's own fault: GPU 3 is no longer enumerated, the GPUs after it move
+    # down an index, its PCI device stays.
+    serve(machine, FACTS, tmp_path, Faults(gpu_vanished=(GpuVanished(gpu=3, after_calls=0),)))
+    assert agent.cycle().ok
+    lost = condition(emulator)
+    assert (lost["reason"], lost["message"]) == (
+        "GPULost",
+        f"GPU 3 ({sysfs_address(3)}) is on the PCI bus but NVML does not see it",
+    )
+    assert emulator.node_labels(NODE)["nvidia.com/gpu.count"] == "7"
+
+
+def test_nvlinks_going_down_in_the_simulator_degrade_the_node(
+    agent: Agent, machine: SimulatedMachine, emulator: ApiServerEmulator, tmp_path: Path
+) -> None:
+    assert agent.cycle().ok
+    serve(
+        machine,
+        FACTS,
+        tmp_path,
+        Faults(nvlink_down=(NvLinkDown(gpu=2, after_calls=0, links=(4, 9)),)),
+    )
+    assert agent.cycle().ok
+    degraded = condition(emulator)
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == (
+        "False",
+        "NVLinkDegraded",
+        f"GPU 2 ({sysfs_address(2)}): NVLinks 4, 9 down (active earlier)",
+    )
+    assert [e["reason"] for e in emulator.events(EVENT_NAMESPACE)] == ["NVLinkDegraded"]
+    serve(machine, FACTS, tmp_path)
+    assert agent.cycle().ok
+    assert condition(emulator)["status"] == "True"
 
 
 def test_a_silent_device_plugin_is_reported_after_its_grace_period(
