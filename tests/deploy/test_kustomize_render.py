@@ -17,7 +17,6 @@ from tests.deploy.manifests import (
     OVERLAYS,
     SUPPORTED_KUBERNETES,
     find,
-    one,
     render,
     render_directory,
     workload,
@@ -64,9 +63,9 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
 def test_admission_policy_needs_kubernetes_1_30() -> None:
     # Why 1.30 is the floor: ValidatingAdmissionPolicy v1 (and the node-name claim
     # the policy reads) do not exist in 1.29.
-    policy = one(render("standalone"), "ValidatingAdmissionPolicy")
-    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
-        kubernetes_validate.validate(policy, "1.29", strict=True)
+    for policy in find(render("standalone"), "ValidatingAdmissionPolicy"):
+        with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+            kubernetes_validate.validate(policy, "1.29", strict=True)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

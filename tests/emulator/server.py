@@ -119,6 +119,8 @@ GFD_RULES = frozenset(
     {
         ("get", "nodes"),
         ("patch", "nodes"),
+        ("patch", "nodes/status"),
+        ("create", "events"),
         ("get", "pods"),
         ("get", "nodefeatures"),
         ("create", "nodefeatures"),
