@@ -9,7 +9,8 @@ No API server can run here, so the ValidatingAdmissionPolicies are checked by:
 * ``*_intent`` functions: the same rules written in plain Python from what the
   policies are meant to do (a pod-bound token, own node only, keys under ``nvidia.com/``
   only, never the GPU Operator's control labels, only gfd's own annotations, no other
-  field manager's managedFields entry touched, no raw features).
+  field manager's managedFields entry touched, no raw features; in a node's status only
+  the GPUHealthy condition; events only about its own node, in default).
 
 The real kube-apiserver judges the same policies in ``tests/realkube``; this model runs
 everywhere, and on generated requests no server could be sent in a test's time.
@@ -56,6 +57,29 @@ OPERATOR_CONTROL_KEYS = frozenset(
 GFD_FIELD_MANAGER = "gfd"
 VENDOR_PREFIX = "nvidia.com/"
 NODEFEATURE_NODE_LABEL = "nfd.node.kubernetes.io/node-name"
+#: gfd's node condition: the only one its ServiceAccount may write.
+HEALTH_CONDITION = "GPUHealthy"
+#: The reasons gfd gives its condition.
+HEALTH_REASONS = frozenset(
+    {"GPUsHealthy", "GPULost", "DevicePluginMissing", "AllocatableMismatch", "NVLinkDegraded"}
+)
+#: Every field of NodeStatus (Kubernetes 1.36) but conditions: what the health policy
+#: holds unchanged. tests/realkube checks the list against the server's schema.
+NODE_STATUS_FIELDS = (
+    "capacity",
+    "allocatable",
+    "phase",
+    "addresses",
+    "daemonEndpoints",
+    "nodeInfo",
+    "images",
+    "volumesInUse",
+    "volumesAttached",
+    "config",
+    "runtimeHandlers",
+    "features",
+    "declaredFeatures",
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +93,10 @@ class AdmissionRequest:
     object: Mapping[str, Any] | None
     old_object: Mapping[str, Any] | None
     extra: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: "status" for a request to nodes/status; "" for the resource itself.
+    subresource: str = ""
+    #: The request's namespace ("" for cluster-scoped resources).
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,6 +198,39 @@ NODEFEATURE_LABELS = "gfd may publish only labels under nvidia.com/ in its NodeF
 NODEFEATURE_FEATURES = (
     "gfd may publish no raw features (spec.features must be empty) in its NodeFeature"
 )
+HEALTH_POD_BOUND = (
+    "gfd may change a node's status only with a token bound to its Pod "
+    "(pod-name, pod-uid and node-name claims)"
+)
+HEALTH_OWN = "gfd may change the status only of the node it runs on (named in its pod-bound token)"
+HEALTH_FOREIGN_CONDITIONS = (
+    "gfd may add, change or remove only the node condition GPUHealthy; "
+    "every other condition must stay as it is"
+)
+HEALTH_CONDITION_SHAPE = (
+    "gfd's GPUHealthy condition must be one entry with status True or False and one of "
+    "gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, AllocatableMismatch, "
+    "NVLinkDegraded)"
+)
+HEALTH_STATUS_FIELDS = (
+    "gfd may change only the GPUHealthy condition of a node's status, no other status field"
+)
+HEALTH_METADATA = (
+    "gfd may not change a node's labels, annotations, finalizers, owners or spec through its status"
+)
+EVENTS_OPERATION = "gfd may create events, never change or delete them"
+EVENTS_POD_BOUND = (
+    "gfd may create events only with a token bound to its Pod "
+    "(pod-name, pod-uid and node-name claims)"
+)
+EVENTS_NAMESPACE = "gfd may create events only in default, where Events about Nodes go"
+EVENTS_OWN_NODE = (
+    "gfd may create events only about the node it runs on (named in its pod-bound token)"
+)
+EVENTS_IDENTITY = (
+    "gfd's events must be named <node>.<suffix> and report from its own node "
+    "(source.host, reportingInstance)"
+)
 
 
 def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
@@ -177,7 +238,7 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     update its own node (the token's node-name claim), changing only nvidia.com/ labels
     that are not the GPU Operator's controls, and only its own annotations, leaving other
     field managers' entries alone. Denials carry the policy's message for each broken rule."""
-    if (request.group, request.resource) != ("", "nodes"):
+    if (request.group, request.resource, request.subresource) != ("", "nodes", ""):
         return NOT_APPLICABLE
     if request.operation not in ("CREATE", "UPDATE", "DELETE"):
         return NOT_APPLICABLE
@@ -217,6 +278,131 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
         and new_managers <= _other_managers(old_meta)
     ):
         denials.append(NODE_MANAGED_FIELDS)
+    return Verdict(True, tuple(denials))
+
+
+def _health_entry_only(entry: Mapping[str, Any]) -> bool:
+    """Whether a managedFields entry owns nothing but the GPUHealthy condition."""
+    fields = entry.get("fieldsV1")
+    if not isinstance(fields, dict) or set(fields) - {"f:status"}:
+        return False
+    status = fields.get("f:status") or {}
+    if set(status) - {"f:conditions"}:
+        return False
+    conditions = status.get("f:conditions") or {}
+    return set(conditions) <= {".", 'k:{"type":"GPUHealthy"}'}
+
+
+def _managers(metadata: Mapping[str, Any], *, kept_only: bool = False) -> list[str]:
+    """Identities of the managedFields entries not gfd's; with ``kept_only``, of those
+    that must stay (all but the ones owning only the GPUHealthy condition)."""
+    return [
+        f"{e.get('manager', '')}|{e.get('operation', '')}|{e.get('subresource', '')}"
+        for e in metadata.get("managedFields") or []
+        if e.get("manager") != GFD_FIELD_MANAGER and not (kept_only and _health_entry_only(e))
+    ]
+
+
+def node_health_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
+    """What gfd-node-health means: gfd's ServiceAccount, with a pod-bound token, may change
+    in the status of its own node only the GPUHealthy condition (add, change, remove; one
+    entry, status True or False, one of gfd's reasons), leaving every other condition as
+    it was (their order among themselves included), every other status field, the
+    node's metadata and spec, and other field managers' entries."""
+    if (request.group, request.resource, request.subresource) != ("", "nodes", "status"):
+        return NOT_APPLICABLE
+    if request.operation != "UPDATE" or request.user != service_account_user(namespace):
+        return NOT_APPLICABLE
+    new, old = request.object or {}, request.old_object or {}
+    denials: list[str] = []
+    if not _pod_bound(request):
+        denials.append(HEALTH_POD_BOUND)
+    claim = _node_claim(request)
+    if claim is None or claim != _metadata(new).get("name"):
+        denials.append(HEALTH_OWN)
+    old_status, new_status = old.get("status") or {}, new.get("status") or {}
+    old_conditions = old_status.get("conditions") or []
+    new_conditions = new_status.get("conditions") or []
+
+    def foreign(conditions: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return [c for c in conditions if c.get("type") != HEALTH_CONDITION]
+
+    if foreign(new_conditions) != foreign(old_conditions):
+        denials.append(HEALTH_FOREIGN_CONDITIONS)
+    mine = [c for c in new_conditions if c.get("type") == HEALTH_CONDITION]
+    if len(mine) > 1 or any(
+        c.get("status") not in ("True", "False") or c.get("reason") not in HEALTH_REASONS
+        for c in mine
+    ):
+        denials.append(HEALTH_CONDITION_SHAPE)
+    if any(
+        (name in new_status) != (name in old_status) or new_status.get(name) != old_status.get(name)
+        for name in NODE_STATUS_FIELDS
+    ):
+        denials.append(HEALTH_STATUS_FIELDS)
+    old_meta, new_meta = _metadata(old), _metadata(new)
+    # As in the node policy: a stored Node always has a spec, and a missing one is an
+    # evaluation error (a denial) in CEL.
+    unchanged = (
+        "spec" in new
+        and "spec" in old
+        and new["spec"] == old["spec"]
+        and all(
+            (new_meta.get(key) or {}) == (old_meta.get(key) or {})
+            for key in ("labels", "annotations")
+        )
+        and all(
+            (new_meta.get(key) or []) == (old_meta.get(key) or [])
+            for key in ("finalizers", "ownerReferences")
+        )
+    )
+    if not unchanged:
+        denials.append(HEALTH_METADATA)
+    new_managers = set(_managers(new_meta))
+    if not (
+        set(_managers(old_meta, kept_only=True)) <= new_managers
+        and new_managers <= set(_managers(old_meta))
+    ):
+        denials.append(NODE_MANAGED_FIELDS)
+    return Verdict(True, tuple(denials))
+
+
+def node_events_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
+    """What gfd-node-events means: gfd's ServiceAccount, with a pod-bound token, may only
+    create events, in default, about the Node in its token (no related object),
+    named ``<node>.<suffix>`` and reporting from that node."""
+    if (request.group, request.resource, request.subresource) != ("", "events", ""):
+        return NOT_APPLICABLE
+    if request.operation not in ("CREATE", "UPDATE", "DELETE"):
+        return NOT_APPLICABLE
+    if request.user != service_account_user(namespace):
+        return NOT_APPLICABLE
+    if request.operation != "CREATE" or request.object is None:
+        return Verdict(True, (EVENTS_OPERATION,))
+    denials: list[str] = []
+    if not _pod_bound(request):
+        denials.append(EVENTS_POD_BOUND)
+    if request.namespace != "default":
+        denials.append(EVENTS_NAMESPACE)
+    node = _node_claim(request)
+    event = request.object
+    involved = event.get("involvedObject") or {}
+    if (
+        node is None
+        or involved.get("kind") != "Node"
+        or involved.get("name") != node
+        or involved.get("apiVersion", "v1") != "v1"
+        or involved.get("namespace", "") != ""
+        or "related" in event
+    ):
+        denials.append(EVENTS_OWN_NODE)
+    if (
+        node is None
+        or not str(_metadata(event).get("name", "")).startswith(node + ".")
+        or (event.get("source") or {}).get("host", node) != node
+        or event.get("reportingInstance", node) != node
+    ):
+        denials.append(EVENTS_IDENTITY)
     return Verdict(True, tuple(denials))
 
 
@@ -288,7 +474,7 @@ class CelPolicy:
             )
             if (
                 (request.group in groups or "*" in groups)
-                and (request.resource in resources or "*" in resources)
+                and any(_resource_matches(pattern, request) for pattern in resources)
                 and (request.operation in operations or "*" in operations)
             ):
                 return True
@@ -301,6 +487,7 @@ class CelPolicy:
             "request": json_to_cel(
                 {
                     "operation": request.operation,
+                    "namespace": request.namespace,
                     "userInfo": {
                         "username": request.user,
                         "extra": {k: list(v) for k, v in request.extra.items()},
@@ -334,6 +521,16 @@ class CelPolicy:
                     if isinstance(detail, str):
                         details.append(str(detail))
         return Verdict(True, tuple(denials), tuple(details))
+
+
+def _resource_matches(pattern: str, request: AdmissionRequest) -> bool:
+    """A rule's resource against the request's, as the API server matches them:
+    ``nodes`` is the resource alone, ``nodes/status`` its subresource, ``*`` every
+    resource (no subresource), ``nodes/*`` and ``*/status`` and ``*/*`` as they read."""
+    resource, _, subresource = pattern.partition("/")
+    if resource not in ("*", request.resource):
+        return False
+    return subresource in ("*", request.subresource) if subresource else not request.subresource
 
 
 def _cel_map(values: Mapping[str, Any]) -> celpy.celtypes.MapType:

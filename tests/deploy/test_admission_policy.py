@@ -1,6 +1,8 @@
 """The ValidatingAdmissionPolicies of deploy/: their CEL (run by cel-python) and a plain
 Python statement of their intent agree, on chosen cases, on generated ones, and on
-the requests gfd's real sinks send to the API server emulator."""
+the requests gfd's real sinks send to the API server emulator. The node sink has three:
+labels (gfd-node-labeler), the GPUHealthy condition (gfd-node-health) and events about
+the node (gfd-node-events)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.deploy.admission_model import (
+    EVENTS_IDENTITY,
+    EVENTS_NAMESPACE,
+    EVENTS_OPERATION,
+    EVENTS_OWN_NODE,
+    EVENTS_POD_BOUND,
+    HEALTH_CONDITION_SHAPE,
+    HEALTH_FOREIGN_CONDITIONS,
+    HEALTH_METADATA,
+    HEALTH_OWN,
+    HEALTH_POD_BOUND,
+    HEALTH_REASONS,
+    HEALTH_STATUS_FIELDS,
     NODE_ANNOTATIONS,
     NODE_LABELS,
     NODE_MANAGED_FIELDS,
@@ -24,6 +38,7 @@ from tests.deploy.admission_model import (
     NODE_OTHER_FIELDS,
     NODE_OWN,
     NODE_POD_BOUND,
+    NODE_STATUS_FIELDS,
     NODEFEATURE_FEATURES,
     NODEFEATURE_IDENTITY,
     NODEFEATURE_LABELS,
@@ -31,7 +46,9 @@ from tests.deploy.admission_model import (
     AdmissionRequest,
     CelPolicy,
     Verdict,
+    node_events_policy_intent,
     node_feature_policy_intent,
+    node_health_policy_intent,
     node_policy_intent,
     pod_bound_claims,
     service_account_user,
@@ -87,18 +104,24 @@ def update(
     return AdmissionRequest("UPDATE", "", "nodes", user, new, old, extra)
 
 
+INTENTS = {
+    "gfd-node-labeler": node_policy_intent,
+    "gfd-node-health": node_health_policy_intent,
+    "gfd-node-events": node_events_policy_intent,
+    "gfd-node-feature-writer": node_feature_policy_intent,
+}
+
+
 def both(policy: CelPolicy, request: AdmissionRequest) -> Verdict:
     """The CEL verdict, after checking that the Python intent says the same."""
     cel = policy.evaluate(request)
-    if request.resource == "nodes":
-        intent = node_policy_intent(request, namespace=NAMESPACE)
-    else:
-        intent = node_feature_policy_intent(request, namespace=NAMESPACE)
-    if request.operation == "UPDATE" or request.resource == "nodefeatures":
+    intent = INTENTS[policy.name](request, namespace=NAMESPACE)
+    exact = {"nodes": "UPDATE", "events": "CREATE"}.get(request.resource, request.operation)
+    if request.operation == exact:
         assert cel == intent
     else:
-        # CREATE/DELETE of a node: both deny; CEL also reports the rules that could
-        # not be evaluated without an old or new object.
+        # CREATE/DELETE of a node, UPDATE/DELETE of an event: both deny; CEL also
+        # reports the rules that could not be evaluated without an old or new object.
         assert (cel.applies, cel.allowed) == (intent.applies, intent.allowed)
     return cel
 
@@ -373,6 +396,473 @@ def test_nodefeature_policy(
         operation, "nfd.k8s-sigs.io", "nodefeatures", GFD, obj, old, pod_bound_claims("gpu-1")
     )
     assert both(nodefeature_policy, request) == Verdict(True, denials)
+
+
+# ---------------------------------------------------------------- node health (status)
+
+
+@pytest.fixture(scope="module")
+def health_policy() -> CelPolicy:
+    return CelPolicy(one(render("standalone"), "ValidatingAdmissionPolicy", "gfd-node-health"))
+
+
+@pytest.fixture(scope="module")
+def events_policy() -> CelPolicy:
+    return CelPolicy(one(render("standalone"), "ValidatingAdmissionPolicy", "gfd-node-events"))
+
+
+def condition(kind: str, status: str = "True", reason: str = "GPUsHealthy") -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": "8 of 8 GPUs healthy",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+
+
+READY = condition("Ready", reason="KubeletReady")
+KERNEL_DEADLOCK = condition("KernelDeadlock", "False", "KernelHasNoDeadlock")
+
+
+def status_node(conditions: list[dict[str, str]], **status: Any) -> dict[str, Any]:
+    """A node as the API server stores it: its status always has daemonEndpoints and
+    nodeInfo, even when no kubelet ever wrote it."""
+    obj = node()
+    obj["status"] = {
+        "capacity": {"cpu": "64", "nvidia.com/gpu": "8"},
+        "allocatable": {"cpu": "63", "nvidia.com/gpu": "8"},
+        "conditions": copy.deepcopy(conditions),
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"machineID": "m", "kubeletVersion": "v1.36.2"},
+        **status,
+    }
+    return obj
+
+
+def status_update(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    claim: str | None = "gpu-1",
+    user: str = GFD,
+    node_bound: bool = False,
+) -> AdmissionRequest:
+    request = update(old, new, claim=claim, user=user, node_bound=node_bound)
+    return AdmissionRequest(
+        "UPDATE", "", "nodes", request.user, new, old, request.extra, subresource="status"
+    )
+
+
+def with_conditions(obj: dict[str, Any], conditions: list[dict[str, str]]) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    changed["status"]["conditions"] = copy.deepcopy(conditions)
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # A strategic merge patch puts a new entry first (seen on a real server).
+        ([READY, KERNEL_DEADLOCK], [condition("GPUHealthy"), READY, KERNEL_DEADLOCK]),
+        ([], [condition("GPUHealthy")]),
+        (
+            [condition("GPUHealthy"), READY],
+            [condition("GPUHealthy", "False", "GPULost"), READY],
+        ),
+        ([READY, condition("GPUHealthy")], [condition("GPUHealthy"), READY]),
+        ([READY, condition("GPUHealthy"), KERNEL_DEADLOCK], [READY, KERNEL_DEADLOCK]),
+    ],
+    ids=["add", "add-first", "change", "move", "remove"],
+)
+def test_gfd_may_add_change_and_remove_its_condition(
+    health_policy: CelPolicy, before: list[dict[str, str]], after: list[dict[str, str]]
+) -> None:
+    old = status_node(before)
+    assert both(health_policy, status_update(old, with_conditions(old, after))) == Verdict(True)
+
+
+@pytest.mark.parametrize("reason", sorted(HEALTH_REASONS))
+@pytest.mark.parametrize("status", ["True", "False"])
+def test_every_reason_of_gfds_is_allowed(
+    health_policy: CelPolicy, reason: str, status: str
+) -> None:
+    old = status_node([READY])
+    new = with_conditions(old, [condition("GPUHealthy", status, reason), READY])
+    assert both(health_policy, status_update(old, new)) == Verdict(True)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        [condition("GPUHealthy"), condition("Ready", "False", "KubeletNotReady"), KERNEL_DEADLOCK],
+        [condition("GPUHealthy"), READY],
+        [condition("GPUHealthy"), KERNEL_DEADLOCK, READY],
+        [condition("GPUHealthy"), READY, KERNEL_DEADLOCK, condition("MemoryPressure", "False")],
+        [condition("GPUHealthy"), {**READY, "message": "forged"}, KERNEL_DEADLOCK],
+    ],
+    ids=["change-ready", "remove-kernel-deadlock", "reorder", "add-another", "change-message"],
+)
+def test_other_conditions_are_out_of_bounds(
+    health_policy: CelPolicy, after: list[dict[str, str]]
+) -> None:
+    old = status_node([READY, KERNEL_DEADLOCK])
+    verdict = both(health_policy, status_update(old, with_conditions(old, after)))
+    assert verdict.denials == (HEALTH_FOREIGN_CONDITIONS,)
+
+
+@pytest.mark.parametrize(
+    "mine",
+    [
+        [condition("GPUHealthy", "Unknown")],
+        [condition("GPUHealthy", reason="LooksFine")],
+        [{k: v for k, v in condition("GPUHealthy").items() if k != "reason"}],
+        [condition("GPUHealthy"), condition("GPUHealthy", "False", "GPULost")],
+    ],
+    ids=["status-unknown", "foreign-reason", "no-reason", "two-entries"],
+)
+def test_gfds_condition_has_gfds_shape(
+    health_policy: CelPolicy, mine: list[dict[str, str]]
+) -> None:
+    old = status_node([READY])
+    verdict = both(health_policy, status_update(old, with_conditions(old, [*mine, READY])))
+    assert verdict.denials == (HEALTH_CONDITION_SHAPE,)
+
+
+STATUS_CHANGES: dict[str, Any] = {
+    "capacity": {"cpu": "64", "nvidia.com/gpu": "16"},
+    "allocatable": {"cpu": "63", "nvidia.com/gpu": "0"},
+    "phase": "Running",
+    "addresses": [{"type": "InternalIP", "address": "10.9.9.9"}],
+    "daemonEndpoints": {"kubeletEndpoint": {"Port": 1}},
+    "nodeInfo": {"machineID": "other", "kubeletVersion": "v1.36.2"},
+    "images": [{"names": ["registry.example/evil:latest"], "sizeBytes": 1}],
+    "volumesInUse": ["kubernetes.io/csi/x"],
+    "volumesAttached": [{"name": "kubernetes.io/csi/x", "devicePath": "/dev/x"}],
+    "config": {"active": {"configMap": {"name": "x"}}},
+    "runtimeHandlers": [{"name": "nvidia", "features": {}}],
+    "features": {"supplementalGroupsPolicy": True},
+    "declaredFeatures": ["GuaranteedQoSPodCPUResize"],
+}
+
+
+def test_every_other_status_field_is_named() -> None:
+    assert set(STATUS_CHANGES) == set(NODE_STATUS_FIELDS)
+
+
+@pytest.mark.parametrize("name", NODE_STATUS_FIELDS)
+@pytest.mark.parametrize("how", ["change", "remove"])
+def test_other_status_fields_are_out_of_bounds(
+    health_policy: CelPolicy, name: str, how: str
+) -> None:
+    old = status_node([READY], phase="Running" if name != "phase" else "Pending")
+    new = copy.deepcopy(old)
+    if how == "remove" and name in old["status"]:
+        del new["status"][name]
+    else:
+        new["status"][name] = STATUS_CHANGES[name]
+    new["status"]["conditions"].insert(0, condition("GPUHealthy"))
+    verdict = both(health_policy, status_update(old, new))
+    assert verdict.denials == (HEALTH_STATUS_FIELDS,)
+    assert verdict.details == (
+        f"gfd may change only the GPUHealthy condition of a node's status (not {name})",
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.count": "8"}),
+        lambda n: n["metadata"]["labels"].pop("kubernetes.io/hostname"),
+        lambda n: n["metadata"]["annotations"].update({"nvidia.com/gfd.labels": "x"}),
+        lambda n: n["metadata"].update({"finalizers": ["example.com/hold"]}),
+        lambda n: n["metadata"].update({"ownerReferences": [{"kind": "X", "name": "x"}]}),
+        lambda n: n["spec"].update({"unschedulable": True}),
+    ],
+    ids=["add-label", "remove-label", "annotation", "finalizer", "owner", "spec"],
+)
+def test_metadata_and_spec_through_status_are_out_of_bounds(
+    health_policy: CelPolicy, change: Any
+) -> None:
+    old = status_node([READY])
+    new = with_conditions(old, [condition("GPUHealthy"), READY])
+    change(new)
+    assert both(health_policy, status_update(old, new)).denials == (HEALTH_METADATA,)
+
+
+@pytest.mark.parametrize(
+    ("claim", "node_bound", "denials"),
+    [
+        ("gpu-2", False, (HEALTH_OWN,)),
+        (None, False, (HEALTH_POD_BOUND, HEALTH_OWN)),
+        ("gpu-1", True, (HEALTH_POD_BOUND,)),
+    ],
+    ids=["another-node", "token-without-claims", "node-bound-token"],
+)
+def test_health_only_of_its_own_node_with_a_pod_bound_token(
+    health_policy: CelPolicy, claim: str | None, node_bound: bool, denials: tuple[str, ...]
+) -> None:
+    old = status_node([READY])
+    new = with_conditions(old, [condition("GPUHealthy"), READY])
+    verdict = both(health_policy, status_update(old, new, claim=claim, node_bound=node_bound))
+    assert verdict.denials == denials
+    if claim == "gpu-2":
+        assert verdict.details == (
+            "gfd running on node gpu-2 may not change the status of node gpu-1",
+        )
+
+
+def test_health_leaves_other_managers_entries(health_policy: CelPolicy) -> None:
+    kubelet = {"manager": "kubelet", "operation": "Update", "subresource": "status"}
+    by_hand = {
+        "manager": "kubectl-patch",
+        "operation": "Update",
+        "subresource": "status",
+        "fieldsV1": {"f:status": {"f:conditions": {".": {}, 'k:{"type":"GPUHealthy"}': {}}}},
+    }
+    broader = {
+        **by_hand,
+        "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"Ready"}': {}}}},
+    }
+    for dropped, denials in ((by_hand, ()), (broader, (NODE_MANAGED_FIELDS,))):
+        old = status_node([condition("GPUHealthy"), READY])
+        old["metadata"]["managedFields"] = [kubelet, dropped]
+        new = with_conditions(old, [condition("GPUHealthy", "False", "GPULost"), READY])
+        new["metadata"]["managedFields"] = [kubelet, {"manager": "gfd", "operation": "Update"}]
+        assert both(health_policy, status_update(old, new)).denials == denials
+    old = status_node([READY])
+    old["metadata"]["managedFields"] = [kubelet]
+    for forged in ([], [{**kubelet, "manager": "gfd"}], [kubelet, {**kubelet, "manager": "x"}]):
+        new = with_conditions(old, [condition("GPUHealthy"), READY])
+        new["metadata"]["managedFields"] = forged
+        assert both(health_policy, status_update(old, new)).denials == (NODE_MANAGED_FIELDS,)
+
+
+def test_status_and_node_policies_see_only_their_own_requests(
+    node_policy: CelPolicy, health_policy: CelPolicy
+) -> None:
+    # resources: [nodes] does not match nodes/status, nor the reverse (as on the server).
+    old = status_node([READY])
+    relabelled = with_labels(old, {"kubernetes.io/hostname": "spoofed"})
+    assert both(node_policy, status_update(old, relabelled)) == Verdict(False)
+    assert both(health_policy, update(old, relabelled)) == Verdict(False)
+    assert both(health_policy, status_update(old, relabelled)).denials == (HEALTH_METADATA,)
+
+
+def test_health_of_other_users_is_not_judged(health_policy: CelPolicy) -> None:
+    old = status_node([READY])
+    new = with_conditions(old, [condition("Ready", "False", "KubeletNotReady")])
+    for user in ("system:node:gpu-1", "system:serviceaccount:other:gfd", "admin"):
+        request = status_update(old, new, claim=None, user=user)
+        assert both(health_policy, request) == Verdict(False)
+
+
+conditions_lists = st.lists(
+    st.sampled_from(
+        [
+            READY,
+            condition("Ready", "False", "KubeletNotReady"),
+            KERNEL_DEADLOCK,
+            condition("GPUHealthy"),
+            condition("GPUHealthy", "False", "GPULost"),
+            condition("GPUHealthy", "Unknown"),
+            condition("GPUHealthy", reason="Other"),
+        ]
+    ),
+    max_size=4,
+)
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    before=conditions_lists,
+    after=conditions_lists,
+    field=st.sampled_from([None, *NODE_STATUS_FIELDS]),
+    relabel=st.booleans(),
+    claim=st.sampled_from(["gpu-1", "gpu-2", None]),
+)
+def test_cel_and_intent_agree_on_generated_status_updates(
+    health_policy: CelPolicy,
+    before: list[dict[str, str]],
+    after: list[dict[str, str]],
+    field: str | None,
+    relabel: bool,
+    claim: str | None,
+) -> None:
+    old = status_node(before)
+    new = with_conditions(old, after)
+    if field is not None:
+        new["status"][field] = STATUS_CHANGES[field]
+    if relabel:
+        new = with_labels(new, {"nvidia.com/gpu.count": "8"})
+    both(health_policy, status_update(old, new, claim=claim))
+
+
+# ---------------------------------------------------------------- events
+
+
+def event(node_name: str = "gpu-1", **changes: Any) -> dict[str, Any]:
+    """An Event about ``node_name`` as gfd sends it (plus ``changes``, None removes)."""
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{node_name}.18a2b3c4d5e6f708", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": "0f0f"},
+        "reason": "GPULost",
+        "message": "GPU-0 is lost",
+        "type": "Warning",
+        "source": {"component": "gfd", "host": node_name},
+        "reportingComponent": "gfd",
+        "reportingInstance": node_name,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "count": 1,
+    }
+    for key, value in changes.items():
+        if value is None:
+            obj.pop(key, None)
+        else:
+            obj[key] = value
+    return obj
+
+
+def create_event(
+    obj: dict[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    namespace: str = "default",
+    claim: str | None = "gpu-1",
+    node_bound: bool = False,
+    user: str = GFD,
+    old: dict[str, Any] | None = None,
+) -> AdmissionRequest:
+    extra = update(node(), node(), claim=claim, node_bound=node_bound).extra
+    return AdmissionRequest(operation, "", "events", user, obj, old, extra, namespace=namespace)
+
+
+def test_gfd_may_create_events_about_its_node(events_policy: CelPolicy) -> None:
+    assert both(events_policy, create_event(event())) == Verdict(True)
+    recovered = event(reason="GPUsHealthy", type="Normal", source={"component": "gfd"})
+    assert both(events_policy, create_event(recovered)) == Verdict(True)
+    # A Node has no namespace: an empty one is the same reference.
+    empty = event()
+    empty["involvedObject"]["namespace"] = ""
+    assert both(events_policy, create_event(empty)) == Verdict(True)
+
+
+@pytest.mark.parametrize(
+    "involved",
+    [
+        {"apiVersion": "v1", "kind": "Node", "name": "gpu-2"},
+        {"apiVersion": "v1", "kind": "Pod", "name": "gpu-1", "namespace": NAMESPACE},
+        {"apiVersion": "example.com/v1", "kind": "Node", "name": "gpu-1"},
+        {"apiVersion": "v1", "kind": "Node", "name": "gpu-1", "namespace": NAMESPACE},
+        {"apiVersion": "v1", "name": "gpu-1"},
+    ],
+    ids=["another-node", "a-pod", "another-group", "another-namespace", "no-kind"],
+)
+def test_events_about_anything_else_are_out_of_bounds(
+    events_policy: CelPolicy, involved: dict[str, str]
+) -> None:
+    verdict = both(events_policy, create_event(event(involvedObject=involved)))
+    assert verdict.denials == (EVENTS_OWN_NODE,)
+
+
+def test_events_with_a_related_object_are_out_of_bounds(events_policy: CelPolicy) -> None:
+    related = {"apiVersion": "v1", "kind": "Pod", "name": "victim", "namespace": "default"}
+    verdict = both(events_policy, create_event(event(related=related)))
+    assert verdict.denials == (EVENTS_OWN_NODE,)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"metadata": {"name": "gpu-2.18a2b3c4d5e6f708", "namespace": "default"}},
+        {"metadata": {"name": "gpu-1x", "namespace": "default"}},
+        {"source": {"component": "gfd", "host": "gpu-2"}},
+        {"reportingInstance": "gpu-2"},
+    ],
+    ids=["another-nodes-name", "no-dot", "source-host", "reporting-instance"],
+)
+def test_events_report_from_their_node(events_policy: CelPolicy, changes: dict[str, Any]) -> None:
+    verdict = both(events_policy, create_event(event(**changes)))
+    assert verdict.denials == (EVENTS_IDENTITY,)
+
+
+def test_events_elsewhere_or_by_other_tokens_are_out_of_bounds(events_policy: CelPolicy) -> None:
+    for namespace in (NAMESPACE, "kube-system"):
+        elsewhere = event()
+        elsewhere["metadata"]["namespace"] = namespace
+        assert both(events_policy, create_event(elsewhere, namespace=namespace)).denials == (
+            EVENTS_NAMESPACE,
+        )
+    assert both(events_policy, create_event(event(), node_bound=True)).denials == (
+        EVENTS_POD_BOUND,
+    )
+    assert both(events_policy, create_event(event(), claim=None)).denials == (
+        EVENTS_POD_BOUND,
+        EVENTS_OWN_NODE,
+        EVENTS_IDENTITY,
+    )
+    assert both(events_policy, create_event(event(), claim="gpu-2")).denials == (
+        EVENTS_OWN_NODE,
+        EVENTS_IDENTITY,
+    )
+
+
+def test_events_are_never_changed_or_deleted(events_policy: CelPolicy) -> None:
+    for operation, obj, old in (("UPDATE", event(), event()), ("DELETE", None, event())):
+        verdict = both(events_policy, create_event(obj, operation=operation, old=old))
+        assert verdict.applies and EVENTS_OPERATION in verdict.denials
+
+
+def test_events_of_other_users_are_not_judged(events_policy: CelPolicy) -> None:
+    about_a_pod = event(involvedObject={"kind": "Pod", "name": "x", "namespace": NAMESPACE})
+    for user in ("system:node:gpu-1", "system:serviceaccount:other:gfd", "admin"):
+        assert both(events_policy, create_event(about_a_pod, claim=None, user=user)) == Verdict(
+            False
+        )
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    involved_name=st.sampled_from(["gpu-1", "gpu-2"]),
+    kind=st.sampled_from(["Node", "Pod", None]),
+    involved_namespace=st.sampled_from([NAMESPACE, "", "default", None]),
+    name_node=st.sampled_from(["gpu-1", "gpu-2"]),
+    host=st.sampled_from(["gpu-1", "gpu-2", None]),
+    namespace=st.sampled_from([NAMESPACE, "default"]),
+    claim=st.sampled_from(["gpu-1", "gpu-2", None]),
+    node_bound=st.booleans(),
+)
+def test_cel_and_intent_agree_on_generated_events(
+    events_policy: CelPolicy,
+    involved_name: str,
+    kind: str | None,
+    involved_namespace: str | None,
+    name_node: str,
+    host: str | None,
+    namespace: str,
+    claim: str | None,
+    node_bound: bool,
+) -> None:
+    obj = event(name_node)
+    involved: dict[str, str] = {"apiVersion": "v1", "name": involved_name}
+    if kind is not None:
+        involved["kind"] = kind
+    if involved_namespace is not None:
+        involved["namespace"] = involved_namespace
+    obj["involvedObject"] = involved
+    obj["source"] = {"component": "gfd", **({"host": host} if host else {})}
+    obj["reportingInstance"] = host or name_node
+    request = create_event(obj, namespace=namespace, claim=claim, node_bound=node_bound)
+    both(events_policy, request)
 
 
 # ---------------------------------------------------------------- real sink traffic

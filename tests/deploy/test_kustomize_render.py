@@ -17,7 +17,6 @@ from tests.deploy.manifests import (
     OVERLAYS,
     SUPPORTED_KUBERNETES,
     find,
-    one,
     render,
     render_directory,
     workload,
@@ -64,9 +63,14 @@ def test_strict_validation_catches_a_misspelt_field() -> None:
 def test_admission_policy_needs_kubernetes_1_30() -> None:
     # Why 1.30 is the floor: ValidatingAdmissionPolicy v1 (and the node-name claim
     # the policy reads) do not exist in 1.29.
-    policy = one(render("standalone"), "ValidatingAdmissionPolicy")
-    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
-        kubernetes_validate.validate(policy, "1.29", strict=True)
+    for policy in find(render("standalone"), "ValidatingAdmissionPolicy"):
+        with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+            kubernetes_validate.validate(policy, "1.29", strict=True)
+
+
+#: Objects that live in default: the right to create Events about a Node, which the API
+#: server files there (docs/health.md).
+IN_DEFAULT = {("Role", "gfd-node-events"), ("RoleBinding", "gfd-node-events")}
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -81,6 +85,8 @@ def test_namespaces_and_names(overlay: str) -> None:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in CLUSTER_SCOPED:
             assert namespace is None, f"{obj['kind']} is cluster-scoped but has a namespace"
+        elif (obj["kind"], obj["metadata"]["name"]) in IN_DEFAULT:
+            assert namespace == "default", f"{obj['kind']}/{obj['metadata']['name']}"
         else:
             assert namespace == NAMESPACE, f"{obj['kind']}/{obj['metadata']['name']}"
         assert obj["metadata"]["labels"]["app.kubernetes.io/name"] == "gfd"
@@ -120,7 +126,9 @@ def test_namespace_set_in_the_base_reaches_every_reference(tmp_path: Path, overl
     # user-name condition; changing it in the base must change all of them.
     objects = render_directory(_copy_deploy(tmp_path, "gpu-ops") / "overlays" / overlay)
     for obj in objects:
-        if obj["kind"] not in CLUSTER_SCOPED:
+        if (obj["kind"], obj["metadata"]["name"]) in IN_DEFAULT:
+            assert obj["metadata"]["namespace"] == "default", obj["kind"]
+        elif obj["kind"] not in CLUSTER_SCOPED:
             assert obj["metadata"]["namespace"] == "gpu-ops", obj["kind"]
         for subject in obj.get("subjects", []):
             assert subject["namespace"] == "gpu-ops", obj["kind"]

@@ -10,7 +10,13 @@ import pytest
 from tests.deploy.manifests import NAMESPACE, OVERLAYS, args_of, find, render, workload
 
 #: (kind of role, API group, resource, verbs) each overlay must grant, and nothing else.
-NODE_SINK = {("ClusterRole", "", "nodes", frozenset({"get", "patch"}))}
+NODE_SINK = {
+    ("ClusterRole", "", "nodes", frozenset({"get", "patch"})),
+    # The GPUHealthy condition, and an Event per change of it, in default.
+    ("ClusterRole", "", "nodes/status", frozenset({"patch"})),
+    ("Role", "", "events", frozenset({"create"})),
+}
+NODE_SINK_POLICIES = {"gfd-node-labeler", "gfd-node-health", "gfd-node-events"}
 NODE_FEATURE_SINK = {
     ("Role", "nfd.k8s-sigs.io", "nodefeatures", frozenset({"get", "create", "update"})),
     ("Role", "", "pods", frozenset({"get"})),
@@ -23,11 +29,21 @@ EXPECTED_GRANTS: dict[str, set[tuple[str, str, str, frozenset[str]]]] = {
     "vgpu": NODE_SINK,
 }
 EXPECTED_POLICIES = {
-    "standalone": {"gfd-node-labeler"},
+    "standalone": NODE_SINK_POLICIES,
     "nfd": set(),
     "node-feature-api": {"gfd-node-feature-writer"},
-    "oneshot-job": {"gfd-node-labeler"},
-    "vgpu": {"gfd-node-labeler"},
+    "oneshot-job": NODE_SINK_POLICIES,
+    "vgpu": NODE_SINK_POLICIES,
+}
+#: What each policy matches: (API group, resource, operations). RBAC's "nodes" does not
+#: cover nodes/status, nor does a policy's: each request meets exactly one policy.
+POLICY_MATCHES = {
+    "gfd-node-labeler": {("", "nodes", frozenset({"CREATE", "UPDATE", "DELETE"}))},
+    "gfd-node-health": {("", "nodes/status", frozenset({"UPDATE"}))},
+    "gfd-node-events": {("", "events", frozenset({"CREATE", "UPDATE", "DELETE"}))},
+    "gfd-node-feature-writer": {
+        ("nfd.k8s-sigs.io", "nodefeatures", frozenset({"CREATE", "UPDATE"}))
+    },
 }
 
 
@@ -99,17 +115,47 @@ def test_admission_policies_where_rbac_is_too_broad(overlay: str) -> None:
         assert binding["spec"]["validationActions"] == ["Deny"]
     for policy in find(objects, "ValidatingAdmissionPolicy"):
         assert policy["spec"]["failurePolicy"] == "Fail"
+        matches = {
+            (group, resource, frozenset(rule["operations"]))
+            for rule in policy["spec"]["matchConstraints"]["resourceRules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+        }
+        assert matches == POLICY_MATCHES[policy["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_granted_write_meets_a_policy(overlay: str) -> None:
+    # Each resource gfd may write is matched by a policy that names it exactly (a
+    # policy on "nodes" never sees "nodes/status").
+    objects = render(overlay)
+    matched = {
+        (group, resource)
+        for policy in find(objects, "ValidatingAdmissionPolicy")
+        for group, resource, _ in POLICY_MATCHES[policy["metadata"]["name"]]
+    }
+    written = {
+        (group, resource)
+        for _, group, resource, verbs in grants(objects)
+        if verbs - {"get", "list", "watch"}
+    }
+    assert written <= matched
 
 
 def test_emulator_grants_what_the_manifests_grant() -> None:
     # The API server emulator authorises gfd with a rule set of its own; it must be
     # the union of what the overlays grant, or sink tests would pass against
     # permissions no cluster gives.
+    # A Role outside gfd's own namespace is a three-part rule there (the events Role in
+    # default); a ClusterRole's and one in gfd's namespace are two-part.
     server = pytest.importorskip("tests.emulator.server")
-    manifests = {
-        (verb, resource)
-        for overlay in OVERLAYS
-        for _, _, resource, verbs in grants(render(overlay))
-        for verb in verbs
-    }
+    manifests: set[tuple[str, ...]] = set()
+    for overlay in OVERLAYS:
+        objects = render(overlay)
+        for role in find(objects, "ClusterRole") + find(objects, "Role"):
+            namespace = role["metadata"].get("namespace")
+            scope = () if role["kind"] == "ClusterRole" or namespace == NAMESPACE else (namespace,)
+            for rule in role["rules"]:
+                for resource in rule["resources"]:
+                    manifests.update((verb, resource, *scope) for verb in rule["verbs"])
     assert manifests == set(server.GFD_RULES)

@@ -82,6 +82,8 @@ MATRIX: dict[str, Values] = {
         "failOnInitError": False,
     },
     "no-admission-policies": {"admissionPolicies": {"enabled": False}},
+    "health-off": {"health": {"condition": False}},
+    "health-tuned": {"health": {"label": True, "gracePeriod": "90s"}},
     "on-delete": {"updateStrategy": {"type": "OnDelete"}},
     "no-metrics": {"metrics": {"enabled": False}},
     "service-monitor": {

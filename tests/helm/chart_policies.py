@@ -1,7 +1,7 @@
 """The chart's admission policies, written from deploy/'s: ``python -m tests.helm.chart_policies``.
 
 The policies are the security boundary of the Kubernetes sinks, and their CEL is long: the
-chart's copies are not edited by hand but made from ``deploy/components/*/admission-policy.yaml``
+chart's copies are not edited by hand but made from ``deploy/components/*/*-policy.yaml``
 by this module, which only puts Helm's names in (the objects' names, the release's labels,
 the ServiceAccount's user name). After a change to a policy in deploy/, run it and commit
 both; a test fails while the chart's copies differ from what it would write.
@@ -21,13 +21,33 @@ from tests.helm.chart import CHART_DIR
 class Policy:
     component: str
     name: str
-    #: The values that turn it on, as a template condition.
+    #: What turns it on (with admissionPolicies.enabled), as a template expression.
     condition: str
+    #: Its file in the component's directory.
+    file: str = "admission-policy.yaml"
+    #: What names its template: admission-policy-<slug>.yaml (default: the component).
+    slug: str = ""
 
 
+#: The node sink with health.condition on (null counts as gfd's default, on).
+_HEALTH = '(include "gfd.healthCondition" .)'
 POLICIES = (
-    Policy("node-sink", "gfd-node-labeler", "sinks.node.enabled"),
-    Policy("node-feature-api", "gfd-node-feature-writer", "sinks.nodeFeature.enabled"),
+    Policy("node-sink", "gfd-node-labeler", ".Values.sinks.node.enabled"),
+    Policy(
+        "node-sink",
+        "gfd-node-health",
+        _HEALTH,
+        file="health-policy.yaml",
+        slug="node-health",
+    ),
+    Policy(
+        "node-sink",
+        "gfd-node-events",
+        _HEALTH,
+        file="events-policy.yaml",
+        slug="node-events",
+    ),
+    Policy("node-feature-api", "gfd-node-feature-writer", ".Values.sinks.nodeFeature.enabled"),
 )
 _USER = f"'system:serviceaccount:{NAMESPACE}:gfd'"
 #: deploy/'s note on keeping the user name in step by a kustomize replacement; the chart
@@ -43,11 +63,11 @@ class PolicySourceError(ValueError):
 
 
 def source(policy: Policy) -> Path:
-    return DEPLOY_DIR / "components" / policy.component / "admission-policy.yaml"
+    return DEPLOY_DIR / "components" / policy.component / policy.file
 
 
 def target(policy: Policy) -> Path:
-    return CHART_DIR / "templates" / f"admission-policy-{policy.component}.yaml"
+    return CHART_DIR / "templates" / f"admission-policy-{policy.slug or policy.component}.yaml"
 
 
 def _replace(text: str, old: str, new: str, policy: Policy) -> str:
@@ -76,7 +96,7 @@ def render(policy: Policy, text: str) -> str:
         raise PolicySourceError(f"{source(policy)}: names the namespace where it cannot be set")
     relative = source(policy).relative_to(DEPLOY_DIR.parent)
     return (
-        f"{{{{- if and .Values.admissionPolicies.enabled .Values.{policy.condition} }}}}\n"
+        f"{{{{- if and .Values.admissionPolicies.enabled {policy.condition} }}}}\n"
         f"# Written from {relative}\n"
         "# by `python -m tests.helm.chart_policies`: edit that file (its comments say what\n"
         "# each rule is for), then run it.\n"

@@ -193,6 +193,65 @@ def test_sinks_get_exactly_their_rbac(helm: Helm) -> None:
     assert no_api["automountServiceAccountToken"] is False
 
 
+HEALTH_OBJECTS = {
+    ("Role", "gfd-node-events"),
+    ("RoleBinding", "gfd-node-events"),
+    ("ValidatingAdmissionPolicy", "gfd-node-health"),
+    ("ValidatingAdmissionPolicyBinding", "gfd-node-health"),
+    ("ValidatingAdmissionPolicy", "gfd-node-events"),
+    ("ValidatingAdmissionPolicyBinding", "gfd-node-events"),
+}
+
+
+def _health_args(objects: list[dict[str, Any]]) -> list[str]:
+    return [a for a in args_of(workload(objects)) if a.startswith("--health")]
+
+
+def _names(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(o["kind"], o["metadata"]["name"]) for o in objects}
+
+
+def _grants_node_status(objects: list[dict[str, Any]]) -> bool:
+    role = find(objects, "ClusterRole", "gfd-node-labeler")
+    return any("nodes/status" in rule["resources"] for r in role for rule in r["rules"])
+
+
+def test_health_is_on_by_default_with_its_rbac_and_policies(helm: Helm) -> None:
+    objects = helm.template({})
+    # gfd's defaults: no flag at all, as in deploy/.
+    assert _health_args(objects) == []
+    assert _names(objects) >= HEALTH_OBJECTS
+    assert _grants_node_status(objects)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"health": {"condition": False}}, {"sinks": {"node": {"enabled": False},
+                                                  "featureFile": {"enabled": True}}}],
+    ids=["condition-off", "no-node-sink"],
+)  # fmt: skip
+def test_without_the_condition_no_status_or_event_rights(
+    helm: Helm, values: dict[str, Any]
+) -> None:
+    objects = helm.template(values)
+    assert not HEALTH_OBJECTS & _names(objects)
+    assert not _grants_node_status(objects)
+    expected = ["--health-condition=false"] if "health" in values else []
+    assert _health_args(objects) == expected
+
+
+def test_health_values_reach_gfd_only_with_the_node_sink(helm: Helm) -> None:
+    tuned = {"health": {"label": True, "gracePeriod": "90s"}}
+    assert _health_args(helm.template(tuned)) == ["--health-label", "--health-grace-period=90s"]
+    assert _health_args(helm.template({"health": {"gracePeriod": "5m"}})) == []
+    elsewhere = {**tuned, "sinks": {"node": {"enabled": False}, "nodeFeature": {"enabled": True}}}
+    assert _health_args(helm.template(elsewhere)) == []
+    # A null (gfd's default) leaves the flags out and keeps the condition's rights.
+    nulls = helm.template({"health": {"condition": None, "label": None, "gracePeriod": None}})
+    assert _health_args(nulls) == []
+    assert _names(nulls) >= HEALTH_OBJECTS
+
+
 def test_update_strategy(helm: Helm) -> None:
     default = workload(helm.template({}))["spec"]["updateStrategy"]
     assert default == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}
@@ -222,7 +281,7 @@ def test_release_names_and_namespace_reach_the_policy_text(helm: Helm) -> None:
     objects = helm.template(MATRIX["all-sinks"], release="gpu-labels", namespace="gpu-ops")
     user = "'system:serviceaccount:gpu-ops:gpu-labels-gfd'"
     policies = find(objects, "ValidatingAdmissionPolicy")
-    assert len(policies) == 2
+    assert len(policies) == 4
     for policy in policies:
         assert user in policy["spec"]["matchConditions"][0]["expression"]
     for binding in find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding"):
@@ -245,6 +304,10 @@ REFUSED = [
     ({"failOnInitError": "sometimes"}, "/failOnInitError"),
     ({"migStratgy": "mixed"}, "migStratgy"),
     ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
+    ({"health": {"condition": "yes"}}, "/health/condition"),
+    ({"health": {"gracePeriod": "5"}}, "/health/gracePeriod"),
+    ({"health": {"gracePeriod": 300}}, "/health/gracePeriod"),
+    ({"health": {"grace": "5m"}}, "grace"),
 ]
 
 

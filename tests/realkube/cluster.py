@@ -56,6 +56,27 @@ def deploy_objects() -> list[dict[str, Any]]:
     return sorted(seen.values(), key=lambda o: _KIND_ORDER.index(o["kind"]))
 
 
+def _probe_event(node: str) -> dict[str, Any]:
+    """An Event about ``node`` that only its own gfd may create."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{node}.{uuid.uuid4().hex[:12]}", "namespace": NAMESPACE},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": node,
+            "namespace": NAMESPACE,
+        },
+        "reason": "GPUsHealthy",
+        "message": "policy probe",
+        "type": "Normal",
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:00:00Z",
+        "count": 1,
+    }
+
+
 @dataclass(frozen=True)
 class GfdPod:
     """A Pod of gfd's DaemonSet on ``node``, with a token bound to it."""
@@ -102,7 +123,7 @@ class GfdCluster:
                 time.sleep(0.1)
 
     def _wait_policies_enforced(self, timeout: float = 30.0) -> None:
-        """Until both policies refuse a request that RBAC alone would allow.
+        """Until every policy refuses a request that RBAC alone would allow.
 
         The API server loads policies through an informer: they apply a moment after
         they are created, and the suite must not start inside that moment.
@@ -128,12 +149,17 @@ class GfdCluster:
                 pod, "POST", f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NAMESPACE}/nodefeatures",
                 feature,
             )  # fmt: skip
-            if node_status == 403 and feature_status == 403:
+            health_status, _ = self.as_gfd(pod, "PATCH", f"/api/v1/nodes/{other}/status",
+                                           {"metadata": {"labels": {"nvidia.com/probe": "x"}}},
+                                           content_type="application/merge-patch+json")  # fmt: skip
+            event_status, _ = self.as_gfd(
+                pod, "POST", f"/api/v1/namespaces/{NAMESPACE}/events", _probe_event(other)
+            )
+            statuses = (node_status, feature_status, health_status, event_status)
+            if statuses == (403, 403, 403, 403):
                 return
-            if node_status not in (200, 403) or feature_status not in (201, 403):
-                raise ControlPlaneError(
-                    f"policy probe: unexpected statuses {node_status}, {feature_status}"
-                )
+            if not all(s in (200, 201, 403) for s in statuses):
+                raise ControlPlaneError(f"policy probe: unexpected statuses {statuses}")
             if feature_status == 201:
                 self.admin.delete(
                     f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NAMESPACE}/nodefeatures/"

@@ -317,13 +317,21 @@ def test_gfd_with_the_charts_service_account_labels_its_node_and_nothing_else(
     )  # fmt: skip
 
     requests = [
-        (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("name"))
+        (e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource"),
+         e["objectRef"].get("namespace"), e["objectRef"].get("name"))
         for e in control_plane.audit.events(mark, user=service_account_user(labelling))
-    ]
+    ]  # fmt: skip
     assert requests, "gfd sent no request as the chart's ServiceAccount"
-    assert set(requests) <= {
-        ("get", "nodes", chart_pod.node), ("patch", "nodes", chart_pod.node)
-    }  # fmt: skip
+    # The labels; and, with health reporting (health.condition, on by default), its
+    # node's status and events in default.
+    allowed = {
+        ("get", "nodes", None, None, chart_pod.node),
+        ("patch", "nodes", None, None, chart_pod.node),
+        ("patch", "nodes", "status", None, chart_pod.node),
+    }
+    assert {r for r in requests if r[1] != "events"} <= allowed
+    assert all(r[:4] == ("create", "events", None, "default")
+               for r in requests if r[1] == "events")  # fmt: skip
 
 
 def test_node_feature_release_publishes_only_its_nodes_object(

@@ -52,6 +52,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if or .Values.sinks.node.enabled .Values.sinks.nodeFeature.enabled -}}true{{- end -}}
 {{- end -}}
 
+{{/*
+Whether gfd writes its GPUHealthy condition and events: with the node sink, unless
+health.condition is false (null: gfd's default, on).
+*/}}
+{{- define "gfd.healthCondition" -}}
+{{- if and .Values.sinks.node.enabled (ne (toString .Values.health.condition) "false") -}}true{{- end -}}
+{{- end -}}
+
 {{/* Whether the pod runs as uid 0: the feature file and vGPU detection need it. */}}
 {{- define "gfd.runsAsRoot" -}}
 {{- if or .Values.sinks.featureFile.enabled .Values.vgpu.enabled -}}true{{- end -}}
