@@ -194,16 +194,27 @@ class NodeSink:
         #: The node as last read (the health checks and the condition writer use it).
         self.last_node: dict[str, Any] | None = None
         self._prefetched: dict[str, Any] | None = None
+        self._prefetch_error: SinkError | None = None
 
     def read_ahead(self) -> dict[str, Any]:
         """Read the node now, for this cycle: the next :meth:`publish` starts from this
-        read instead of making its own, so reading early costs no request."""
-        node = self._read(self._client.deadline(), cached=True)
+        read instead of making its own (or, when it failed, reports its error), so
+        reading early costs no request."""
+        try:
+            node = self._read(self._client.deadline(), cached=True)
+        except SinkError as exc:
+            # The publish of this cycle reports it, without asking the server again.
+            self._prefetch_error = exc
+            raise
         self._prefetched = node
         return node
 
     def publish(self, publication: Publication) -> bool:
         publication = self._check(publication)
+        failed, self._prefetch_error = self._prefetch_error, None
+        if failed is not None:
+            self._prefetched = None
+            raise failed
         deadline = self._client.deadline()
         cached_read = True
         for _ in range(self._max_conflicts + 1):

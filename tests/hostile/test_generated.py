@@ -78,6 +78,7 @@ _CONFIG_PLACES = (
     "version: v1\nsharing: {{timeSlicing: {{resources: [{{name: nvidia.com/gpu, replicas: {node}}}]}}}}\n",
     "version: v1\nsharing: {node}\n",
     "version: v1\nflags: {node}\n",
+    "version: v1\nflags: {{gfd: {{healthChecks: {node}, healthGracePeriod: {node}}}}}\n",
     "{node}\n",
 )
 _FACTS_PLACES = (

@@ -159,20 +159,39 @@ def test_gpu_lost_mid_read_keeps_the_last_labels_everywhere(
     ) as agent:  # fmt: skip
         agent.wait_for_event("labels published")
         good_file = file_state(output)
-        good_node = emulator.node(NODE)
+        good_metadata = {
+            k: emulator.node(NODE)["metadata"].get(k) for k in ("labels", "annotations")
+        }
         lost = agent.wait_for_event("cycle failed", count=2, kind="nvml-gpu-lost")
         assert "NVML_ERROR_GPU_IS_LOST" in lost[0]["reason"]
         assert "keeping the last published labels" in lost[0]["reason"]
         assert agent.alive()
         assert file_state(output) == good_file
-        assert emulator.node(NODE) == good_node
+        metadata = emulator.node(NODE)["metadata"]
+        assert {k: metadata.get(k) for k in ("labels", "annotations")} == good_metadata
+        # The lost GPU is what the health condition reports (docs/health.md).
+        condition = emulator.node_condition(NODE, "GPUHealthy")
+        assert condition is not None and condition["reason"] == "GPULost"
+        assert condition["message"].startswith("GPU 2 (")
         assert agent.metric("gfd_cycle_errors_total", kind="nvml-gpu-lost") >= 2
         assert agent.metric("gfd_cycles_total", result="success") == 1
         assert agent.stop() == 0
     labels = emulator.node_labels(NODE)
     assert labels == {**FOREIGN_LABELS, **expected_labels("dgx-h100")}
-    # One read and one write for the good cycle; a failed read touches nothing.
-    assert [(r.method, r.status) for r in emulator.requests] == [("GET", 200), ("PATCH", 200)]
+    # One read and one write of the labels for the good cycle; a failed read touches no
+    # label. The condition is written once, GPULost, with one Event: before, the device
+    # plugin check was inside its grace period (the node advertises no GPUs), so nothing
+    # was decided and nothing written.
+    requests = [(r.method, r.path, r.status) for r in emulator.requests]
+    node_path = f"/api/v1/nodes/{NODE}"
+    assert [r for r in requests if r[1] == node_path] == [
+        ("GET", node_path, 200),
+        ("PATCH", node_path, 200),
+    ]
+    assert [r for r in requests if r[1] == node_path + "/status"] == [
+        ("PATCH", node_path + "/status", 200)
+    ]
+    assert [r[0] for r in requests if r[1].endswith("/events")] == ["POST"]
     assert file_state(output) == good_file
 
 
