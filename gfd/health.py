@@ -124,9 +124,8 @@ class PciScanner:
     """
 
     def __init__(self, sysfs_root: Path) -> None:
-        self.devices_dir = Path(sysfs_root) / "bus" / "pci" / "devices"
         # Plain strings: per cycle, pathlib's joins would cost more than the scan itself.
-        self._dir = str(self.devices_dir)
+        self._dir = os.path.join(sysfs_root, "bus", "pci", "devices")
         self._candidate: dict[str, bool] = {}
 
     def scan(self) -> tuple[PciGpu, ...] | None:
@@ -280,9 +279,6 @@ class Verdict:
         """No check is failing, and every one could say so."""
         return all(r.state == OK for r in self.results)
 
-    def result(self, check: str) -> CheckResult | None:
-        return next((r for r in self.results if r.check == check), None)
-
 
 def gpu_name(index: int | None, address: str | None) -> str:
     """``GPU 3 (0000:8a:00.0)`` — how messages name a GPU."""
@@ -334,10 +330,6 @@ class HealthMonitor:
             self._links_up = {uuid: set(links) for uuid, links in previous._links_up.items()}
             self._plugin_onset = previous._plugin_onset
             self._warned = set(previous._warned)
-
-    @property
-    def uses_node(self) -> bool:
-        return any(check in API_CHECKS for check in self.checks)
 
     def observe(
         self,
@@ -497,7 +489,7 @@ class HealthState:
     healthy: bool
     reason: str
     message: str
-    #: The checks failing (for telemetry); empty when healthy.
+    #: The checks whose problems make up the message; empty when healthy.
     failing_checks: frozenset[str] = frozenset()
 
     @property

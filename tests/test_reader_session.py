@@ -19,8 +19,7 @@ import pytest
 from gfd.facts import FabricInfo, Gpu, NodeFacts, NvLink
 from gfd.nvml.reader import NvmlReader, read_facts
 from gfd.sim import SimulatedMachine, configure_library, load_profile, simulate
-from gfd.sim.faults import NO_FAULTS
-from gfd.sim.machine_file import render_machine_file
+from tests.sim_swap import serve
 
 
 def _reader(machine: SimulatedMachine) -> NvmlReader:
@@ -29,13 +28,6 @@ def _reader(machine: SimulatedMachine) -> NvmlReader:
         sysfs_root=machine.sysfs_root,
         machine_type_file=machine.machine_type_file,
     )
-
-
-def _serve(machine: SimulatedMachine, facts: NodeFacts, directory: Path) -> None:
-    """Re-configure the loaded simulator (the library pynvml holds) to serve ``facts``."""
-    path = directory / "changed.conf"
-    path.write_text(render_machine_file(facts, NO_FAULTS), encoding="utf-8")
-    configure_library(ctypes.CDLL(str(machine.library_path)), path)
 
 
 @pytest.mark.parametrize(
@@ -147,11 +139,11 @@ def test_a_change_under_an_open_session_is_seen_by_the_next_read(
         try:
             assert reader.read() == before
             assert reader.read() == before
-            _serve(machine, after, tmp_path)
+            serve(machine, after, tmp_path)
             assert reader.read() == after
             assert reader.read() == after
             # And back: a cache must not hold on to the changed facts either.
-            _serve(machine, before, tmp_path)
+            serve(machine, before, tmp_path)
             assert reader.read() == before
         finally:
             reader.close()
@@ -168,7 +160,7 @@ def test_an_nvml_error_ends_the_session_and_the_next_read_starts_afresh(tmp_path
             configure_library(ctypes.CDLL(str(machine.library_path)), None)
             with pytest.raises(Exception, match="NVML"):
                 reader.read()
-            _serve(machine, facts, tmp_path)
+            serve(machine, facts, tmp_path)
             assert reader.read() == facts
             # A new session: everything was asked again.
             assert reader.last_calls > steady

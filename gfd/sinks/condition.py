@@ -170,17 +170,9 @@ class NodeConditionWriter:
         keep_time = known is not None and known.status == state.status
         transition_time = previous_time if keep_time and isinstance(previous_time, str) else now
         body = condition_patch(state, heartbeat=now, transition_time=transition_time)
-        try:
-            self._client.request(
-                "PATCH",
-                self._status_path,
-                stop=self._stop,
-                deadline=self._client.deadline(),
-                body=body,
-                content_type=STRATEGIC_MERGE_PATCH,
-            )
-        except SinkError as exc:
-            self._report_failure("node condition not written", exc)
+        if not self._send(
+            "PATCH", self._status_path, body, STRATEGIC_MERGE_PATCH, "node condition not written"
+        ):
             return
         self._known = body["status"]["conditions"][0]
         self._last_heartbeat = now
@@ -199,17 +191,23 @@ class NodeConditionWriter:
             node_name=self.node_name,
             now=self._wall_clock(),
         )
+        self._send("POST", self._events_path, body, JSON, "node event not recorded")
+
+    def _send(self, method: str, path: str, body: Any, content_type: str, failure: str) -> bool:
+        """One write; a failure is reported (as ``failure``), never raised."""
         try:
             self._client.request(
-                "POST",
-                self._events_path,
+                method,
+                path,
                 stop=self._stop,
                 deadline=self._client.deadline(),
                 body=body,
-                content_type=JSON,
+                content_type=content_type,
             )
         except SinkError as exc:
-            self._report_failure("node event not recorded", exc)
+            self._report_failure(failure, exc)
+            return False
+        return True
 
     def _report_failure(self, event: str, exc: SinkError) -> None:
         reason = str(exc)

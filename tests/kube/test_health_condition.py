@@ -8,8 +8,6 @@ by the profile's own index and bus id.
 
 from __future__ import annotations
 
-import ctypes
-import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,45 +16,26 @@ from typing import Any
 import pytest
 
 from gfd.agent import Agent
-from gfd.facts import NodeFacts
 from gfd.health import CONDITION_TYPE, HealthMonitor, HealthReporter
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.reader import NvmlReader
-from gfd.sim import SimulatedMachine, configure_library, load_profile, simulate
-from gfd.sim.faults import NO_FAULTS, Faults, GpuLost, GpuVanished, NvLinkDown
-from gfd.sim.machine_file import render_machine_file
+from gfd.sim import SimulatedMachine, load_profile, simulate
+from gfd.sim.faults import Faults, GpuLost, GpuVanished, NvLinkDown
 from gfd.sinks.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.sinks.featurefile import FeatureFileSink
 from gfd.sinks.kube import KubeClient
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
 from tests.kube_fixtures import NODE
+from tests.sim_swap import serve, without_last_gpu
 
 PROFILE = "dgx-h100"
 FACTS = load_profile(PROFILE).facts
 LAST = len(FACTS.gpus) - 1
 #: The last GPU as the sysfs tree and messages name it.
 LOST_ADDRESS = "0000:" + FACTS.gpus[LAST].bus_id.split(":", 1)[1].lower()
-
-
-def one_gpu_fewer(facts: NodeFacts) -> NodeFacts:
-    return dataclasses.replace(
-        facts,
-        gpus=facts.gpus[:LAST],
-        pci_pairs=tuple(p for p in facts.pci_pairs if p.b < LAST),
-        nvlink_p2p=tuple(p for p in facts.nvlink_p2p if p.b < LAST),
-    )
-
-
-def serve(
-    machine: SimulatedMachine, facts: NodeFacts, directory: Path, faults: Faults = NO_FAULTS
-) -> None:
-    """Re-configure the loaded simulator in place; the sysfs tree stays as it was."""
-    path = directory / "changed.conf"
-    path.write_text(render_machine_file(facts, faults), encoding="utf-8")
-    configure_library(ctypes.CDLL(str(machine.library_path)), path)
 
 
 @pytest.fixture
@@ -136,7 +115,7 @@ def test_a_gpu_lost_after_the_first_cycle_turns_the_condition_and_back(
     assert emulator.events(EVENT_NAMESPACE) == []
     assert emulator.node_labels(NODE)["nvidia.com/gpu.health"] == "healthy"
 
-    serve(machine, one_gpu_fewer(FACTS), tmp_path)
+    serve(machine, without_last_gpu(FACTS), tmp_path)
     assert agent.cycle().ok
     lost = condition(emulator)
     assert (lost["status"], lost["reason"]) == ("False", "GPULost")
@@ -330,7 +309,7 @@ def test_with_the_feature_file_only_the_checks_run_without_any_api(
         health=health,
     )
     assert agent.cycle().ok
-    serve(machine, one_gpu_fewer(FACTS), tmp_path)
+    serve(machine, without_last_gpu(FACTS), tmp_path)
     assert agent.cycle().ok
     assert "nvidia.com/gpu.health=GPULost\n" in output.read_text()
     assert failing(telemetry, "gpu-lost") == 1

@@ -9,8 +9,6 @@ gfd made, come from the server itself and its audit log, not from gfd.
 
 from __future__ import annotations
 
-import ctypes
-import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,19 +17,17 @@ from typing import Any
 import pytest
 
 from gfd.agent import Agent
-from gfd.facts import NodeFacts
 from gfd.health import CONDITION_TYPE, HealthMonitor, HealthReporter
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.reader import NvmlReader
-from gfd.sim import SimulatedMachine, configure_library, load_profile, simulate
-from gfd.sim.faults import NO_FAULTS
-from gfd.sim.machine_file import render_machine_file
+from gfd.sim import SimulatedMachine, load_profile, simulate
 from gfd.sinks.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.sinks.kube import KubeClient
 from gfd.sinks.node import NodeSink
 from tests.realkube.cluster import GFD_USER, GfdCluster, GfdPod
+from tests.sim_swap import serve, without_last_gpu
 
 pytestmark = pytest.mark.oracle("kube")
 
@@ -70,21 +66,6 @@ def client(kube: GfdCluster, pod: GfdPod) -> Iterator[KubeClient]:
     kube_client = kube.client(pod.kubeconfig)
     yield kube_client
     kube_client.close()
-
-
-def serve(machine: SimulatedMachine, facts: NodeFacts, directory: Path) -> None:
-    path = directory / "changed.conf"
-    path.write_text(render_machine_file(facts, NO_FAULTS), encoding="utf-8")
-    configure_library(ctypes.CDLL(str(machine.library_path)), path)
-
-
-def one_gpu_fewer(facts: NodeFacts) -> NodeFacts:
-    return dataclasses.replace(
-        facts,
-        gpus=facts.gpus[:LAST],
-        pci_pairs=tuple(p for p in facts.pci_pairs if p.b < LAST),
-        nvlink_p2p=tuple(p for p in facts.nvlink_p2p if p.b < LAST),
-    )
 
 
 def kubelet_status(kube: GfdCluster, node: str) -> None:
@@ -159,7 +140,7 @@ def test_a_lost_gpu_turns_the_condition_records_one_event_and_recovers(
         assert conditions(kube, node)[CONDITION_TYPE]["status"] == "True"
         assert node_events(kube, node) == []
 
-        serve(machine, one_gpu_fewer(FACTS), tmp_path)
+        serve(machine, without_last_gpu(FACTS), tmp_path)
         mark = kube.plane.audit.mark()
         outcome = agent.cycle()
         assert outcome.ok, outcome.reason
