@@ -1,13 +1,20 @@
 """Third-party oracles for tests: where they are, and what happens when one is missing.
 
-An oracle is a real program or library written by another project (NVIDIA's real NVML,
-NVIDIA's mock NVML, the reference GPU Feature Discovery, ...), prepared by
-``../shared/oracles/unpack.sh``, which prints the environment variables named here. A test
-that needs one carries ``@pytest.mark.oracle("<name>")`` and asks :func:`oracle_path` for it.
+An oracle is a real program or library written by another project. Two kinds, told apart by
+:attr:`Oracle.registry`:
 
-Without the variable (a developer's machine without ``../shared``), such a test skips with
-one line naming the variable. With ``GFD_REQUIRE_ORACLES=1`` (set by ``.ci/run``) a missing
-oracle is a failure: CI must never pass by skipping the suites that judge gfd against reality.
+- **Shipped by a package registry** (NVIDIA's real NVML from Debian, Helm v4's engine, kubectl
+  and kmock from PyPI): CI has them. ``../shared/oracles/unpack.sh`` prints the variables of
+  the Debian ones; the PyPI ones are installed from ``requirements/ci.lock``. With
+  ``GFD_REQUIRE_ORACLES=1`` (set by ``.ci/run``) a missing one is a failure: CI must never
+  pass by skipping the suites that judge gfd against reality.
+- **Shipped by no registry** (NVIDIA's GPU Feature Discovery and config-manager,
+  kube-apiserver, node-feature-discovery, NVIDIA's mock NVML library): a developer may build
+  one from its upstream source and point the variable at it; the live suite then runs. Without
+  it the suite skips with one line naming the variable, in CI too, and what the program showed
+  when it was last run is replayed from the records under ``tests/records/`` instead.
+
+A test that needs one carries ``@pytest.mark.oracle("<name>")`` and asks :func:`oracle_path`.
 """
 
 from __future__ import annotations
@@ -33,27 +40,34 @@ class Oracle:
     what: str
     #: Used when ``env`` is unset: a path relative to the project's root.
     default: str | None = None
+    #: The package registry that ships it (CI requires it), or None: no registry does, and
+    #: its suites skip unless ``env`` points at a build.
+    registry: str | None = None
 
 
 ORACLES: dict[str, Oracle] = {
     o.name: o
     for o in (
-        Oracle("real-nvml", "REAL_NVML_DIR", "NVIDIA's real libnvidia-ml.so of each driver branch"),
-        Oracle("mock-nvml", "NVIDIA_MOCK_NVML_DIR", "NVIDIA's mock NVML (k8s-test-infra)"),
-        Oracle("reference-gfd", "GFD_REFERENCE_BIN", "NVIDIA's gpu-feature-discovery"),
-        Oracle("kube", "KUBEBUILDER_ASSETS", "kube-apiserver, etcd, kube-controller-manager"),
-        Oracle("config-manager", "NVIDIA_CONFIG_MANAGER_BIN", "NVIDIA's config-manager"),
-        Oracle("helm", "HELM_BIN", "Helm 3"),
-        Oracle("nfd", "NFD_WORKER_BIN", "node-feature-discovery's worker and master"),
+        Oracle(
+            "real-nvml",
+            "REAL_NVML_DIR",
+            "NVIDIA's real libnvidia-ml.so of each driver branch",
+            registry="Debian non-free",
+        ),
         Oracle(
             "nvml-exports",
             "GFD_NVML_EXPORTS_DIR",
             "the export lists (.dynsym) of NVIDIA's real NVML libraries",
             default="../shared/reference/nvml-exports",
+            registry="Debian non-free (read off its packages)",
         ),
+        Oracle("mock-nvml", "NVIDIA_MOCK_NVML_DIR", "NVIDIA's mock NVML (k8s-test-infra)"),
+        Oracle("reference-gfd", "GFD_REFERENCE_BIN", "NVIDIA's gpu-feature-discovery"),
+        Oracle("kube", "KUBEBUILDER_ASSETS", "kube-apiserver, etcd, kube-controller-manager"),
+        Oracle("config-manager", "NVIDIA_CONFIG_MANAGER_BIN", "NVIDIA's config-manager"),
+        Oracle("nfd", "NFD_WORKER_BIN", "node-feature-discovery's worker and master"),
     )
 }
-
 
 def oracles_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
@@ -73,18 +87,29 @@ def missing_reason(name: str) -> str | None:
     oracle = ORACLES[name]
     location = _location(oracle)
     if location is None:
+        if oracle.registry is None:
+            return f"{oracle.env} is unset (point it at a build of the program)"
         return f'{oracle.env} is unset (eval "$(../shared/oracles/unpack.sh DIR)" sets it)'
     if not location.exists():
         return f"{location} does not exist (set {oracle.env} to point elsewhere)"
     return None
 
 
+def must_fail_when_missing(name: str) -> bool:
+    """A missing oracle fails the test only in CI, and only when a registry ships it."""
+    return oracles_required() and ORACLES[name].registry is not None
+
+
 def oracle_path(name: str) -> Path:
-    """The path of oracle ``name``; skips (or, in CI, fails) the calling test when absent."""
+    """The path of oracle ``name``; skips the calling test when absent, or fails it in CI
+    when a package registry ships the oracle (see the module's docstring)."""
     reason = missing_reason(name)
     if reason is not None:
-        message = f"oracle {name} ({ORACLES[name].what}) missing: {reason}"
-        if oracles_required():
+        oracle = ORACLES[name]
+        if oracle.registry is None:
+            reason = f"{reason}; no registry ships it, so CI replays its records"
+        message = f"oracle {name} ({oracle.what}) missing: {reason}"
+        if must_fail_when_missing(name):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     location = _location(ORACLES[name])
