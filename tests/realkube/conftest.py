@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.controlplane import ControlPlane, ControlPlaneError
+from tests.deploy.manifests import venv_kubectl
 from tests.oracles import oracle_path, oracles_required
 from tests.realkube.cluster import GfdCluster, GfdPod, deploy_objects
 
@@ -39,7 +40,7 @@ def nfd_crds() -> Path:
 def control_plane() -> Iterator[ControlPlane]:
     assets = oracle_path("kube")
     crds = nfd_crds()
-    if shutil.which("kubectl") is None and oracles_required():
+    if venv_kubectl() is None and oracles_required():
         # Rendering deploy/ would skip; in CI the real-server suite must not pass by skipping.
         pytest.fail("kubectl is not installed: cannot render deploy/ for the real server")
     objects = deploy_objects()
