@@ -1,4 +1,9 @@
-"""The node sink against the API server emulator: ownership, minimal writes, recovery."""
+"""The node sink against the API servers: ownership, minimal writes, recovery.
+
+Tests taking ``api`` run against the project's emulator and against kmock (see
+:mod:`tests.kube.servers`); those taking ``emulator`` need what only the emulator does,
+and each says why.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from gfd.sinks.node import (
 )
 from tests.emulator import ApiServerEmulator, Fault, Principal, seed_gfd_cluster
 from tests.kube.conftest import FAST_RETRIES, NODE, TOKEN
+from tests.kube.servers import NODES, ApiServer, node_annotations, node_labels, writes
 
 EIGHT_H100 = {
     "nvidia.com/gpu.count": "8",
@@ -42,54 +48,53 @@ def sink_for(client: KubeClient, stop: threading.Event, **kwargs: Any) -> NodeSi
 
 
 def test_first_run_adds_labels_and_ownership_annotation(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     assert sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY})) is True
-    labels = emulator.node_labels(NODE)
+    labels = node_labels(api, NODE)
     assert {k: labels[k] for k in EIGHT_H100} == EIGHT_H100
-    annotations = emulator.node_annotations(NODE)
+    annotations = node_annotations(api, NODE)
     assert annotations[OWNERSHIP_ANNOTATION] == ",".join(sorted(EIGHT_H100))
     assert annotations[TOPOLOGY_ANNOTATION] == TOPOLOGY
-    writes = [r for r in emulator.requests if r.is_write]
-    assert [(r.method, r.content_type, r.status) for r in writes] == [
+    assert [(r.method, r.content_type, r.status) for r in writes(api)] == [
         ("PATCH", "application/merge-patch+json", 200)
     ]
 
 
 def test_unchanged_cycle_sends_zero_writes_and_one_cached_read(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY}))
-    revision = emulator.revision
-    emulator.clear_log()
+    before = api.get(NODES, NODE)
+    api.clear_log()
     for _ in range(5):
         assert sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY})) is False
-    assert emulator.count(writes=True) == 0
-    reads = emulator.requests
+    assert writes(api) == []
+    reads = api.requests
     assert len(reads) == 5
     assert all(r.method == "GET" and r.query == {"resourceVersion": "0"} for r in reads)
-    assert emulator.revision == revision
+    assert api.get(NODES, NODE) == before
 
 
 def test_disappearing_gpu_removes_exactly_the_labels_gfd_owned(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    emulator.change_node_metadata(NODE, labels={"team": "ml", "nvidia.com/gpu.deploy": "true"})
-    sink = sink_for(client, stop)
+    api.change_node_metadata(NODE, labels={"team": "ml", "nvidia.com/gpu.deploy": "true"})
+    sink = sink_for(api_client, stop)
     sink.publish(publication(**{TOPOLOGY_ANNOTATION: TOPOLOGY}))
     remaining = {"nvidia.com/cuda.driver-version.full": "550.107.02"}
-    emulator.clear_log()
+    api.clear_log()
 
     assert sink.publish(publication(remaining)) is True
 
-    labels = emulator.node_labels(NODE)
+    labels = node_labels(api, NODE)
     assert labels == {**remaining, "team": "ml", "nvidia.com/gpu.deploy": "true"}
-    annotations = emulator.node_annotations(NODE)
+    annotations = node_annotations(api, NODE)
     assert annotations[OWNERSHIP_ANNOTATION] == "nvidia.com/cuda.driver-version.full"
     assert TOPOLOGY_ANNOTATION not in annotations
-    (patch,) = [r for r in emulator.requests if r.is_write]
+    (patch,) = writes(api)
     body_labels = patch.body["metadata"]["labels"]
     assert body_labels == dict.fromkeys(set(EIGHT_H100) - set(remaining))
     # A removal is only ever sent with the read resourceVersion as precondition.
@@ -97,7 +102,7 @@ def test_disappearing_gpu_removes_exactly_the_labels_gfd_owned(
 
 
 def test_foreign_and_nfd_owned_labels_survive_every_cycle(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
     foreign = {"team": "ml", "nvidia.com/gpu.deploy.driver": "true"}
     nfd = {
@@ -105,12 +110,12 @@ def test_foreign_and_nfd_owned_labels_survive_every_cycle(
         # NFD also publishes this key (from a feature file): gfd must leave it alone.
         "nvidia.com/gpu.product": "NVIDIA-H100-from-NFD",
     }
-    emulator.change_node_metadata(
+    api.change_node_metadata(
         NODE,
         labels={**foreign, **nfd},
         annotations={NFD_OWNERSHIP_ANNOTATION: "nvidia.com/gpu.product,pci-10de.present"},
     )
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     cycles = [
         publication(),
         publication(),
@@ -120,30 +125,30 @@ def test_foreign_and_nfd_owned_labels_survive_every_cycle(
     ]
     for cycle in cycles:
         sink.publish(cycle)
-        labels = emulator.node_labels(NODE)
+        labels = node_labels(api, NODE)
         assert {k: labels.get(k) for k in {**foreign, **nfd}} == {**foreign, **nfd}
-        owned = emulator.node_annotations(NODE).get(OWNERSHIP_ANNOTATION, "")
+        owned = node_annotations(api, NODE).get(OWNERSHIP_ANNOTATION, "")
         assert "nvidia.com/gpu.product" not in owned
-    final = emulator.node_labels(NODE)
+    final = node_labels(api, NODE)
     assert final == {**foreign, **nfd, **{k: v for k, v in EIGHT_H100.items() if k not in nfd}}
 
 
 def test_first_run_adopts_an_earlier_writers_keys_but_not_nfds(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    emulator.change_node_metadata(
+    api.change_node_metadata(
         NODE,
         labels={"nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559"},
         annotations={NFD_OWNERSHIP_ANNOTATION: "nvidia.com/gpu.memory"},
     )
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     sink.publish(publication())
-    owned = emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION].split(",")
+    owned = node_annotations(api, NODE)[OWNERSHIP_ANNOTATION].split(",")
     assert "nvidia.com/gpu.count" in owned
     assert "nvidia.com/gpu.memory" not in owned
     # Once adopted, a key gfd stops publishing is removed; NFD's stays.
     sink.publish(publication({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}))
-    assert emulator.node_labels(NODE) == {
+    assert node_labels(api, NODE) == {
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "nvidia.com/gpu.memory": "81559",
     }
@@ -152,6 +157,8 @@ def test_first_run_adopts_an_earlier_writers_keys_but_not_nfds(
 def test_conflict_with_another_writer_converges(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: kmock stores a resourceVersion precondition without checking it,
+    # so it never answers 409, and it cannot run another writer between two requests.
     sink = sink_for(client, stop)
     sink.publish(publication())
     # Between gfd's read and its removing patch, another writer changes the node.
@@ -177,6 +184,7 @@ def test_conflict_with_another_writer_converges(
 def test_stale_cached_read_cannot_delete_a_key_another_writer_took_over(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: kmock has no watch cache to freeze and no preconditions (no 409).
     sink = sink_for(client, stop)
     sink.publish(publication())
     emulator.freeze_cache()
@@ -217,6 +225,9 @@ def test_stale_cached_read_cannot_delete_a_key_another_writer_took_over(
 def test_server_storms_are_retried_and_converge(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event, faults: list[Fault]
 ) -> None:
+    # Emulator only: kmock can script a status for a request, but its object store applies
+    # a write before the scripted answer, so "503, nothing applied" is beyond it; nor can
+    # it drop a connection halfway through a body.
     emulator.inject(*faults)
     sink = sink_for(client, stop)
     assert sink.publish(publication()) is True
@@ -230,6 +241,7 @@ def test_server_storms_are_retried_and_converge(
 def test_429_waits_for_retry_after(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: an injected fault, with the request log's timestamps.
     emulator.inject(Fault(status=429, retry_after="1", method="GET"))
     started = time.monotonic()
     assert sink_for(client, stop).publish(publication()) is True
@@ -242,6 +254,7 @@ def test_429_waits_for_retry_after(
 def test_token_rotation_401_recovers_by_rereading_credentials(
     emulator: ApiServerEmulator, client: KubeClient, kubeconfig: Path, stop: threading.Event
 ) -> None:
+    # Emulator only: kmock authenticates nobody (any token or none is served).
     sink = sink_for(client, stop)
     sink.publish(publication())
     principal = Principal("system:serviceaccount:gpu-operator:gfd")
@@ -258,6 +271,7 @@ def test_token_rotation_401_recovers_by_rereading_credentials(
 def test_401_that_a_reload_cannot_fix_is_permanent(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: kmock never answers 401.
     emulator.revoke_token(TOKEN)
     with pytest.raises(SinkPermanentError, match=r"HTTP 401.*kubeconfig"):
         sink_for(client, stop).publish(publication())
@@ -267,6 +281,7 @@ def test_401_that_a_reload_cannot_fix_is_permanent(
 def test_403_is_reported_clearly_and_not_retried(
     emulator: ApiServerEmulator, cluster: object, kubeconfig: Path, stop: threading.Event
 ) -> None:
+    # Emulator only: kmock has no authorisation (no RBAC, never 403).
     emulator.set_token(
         "read-only",
         Principal("system:serviceaccount:gpu-operator:gfd", frozenset({("get", "nodes")})),
@@ -285,17 +300,18 @@ def test_403_is_reported_clearly_and_not_retried(
 
 
 def test_missing_node_is_permanent_and_names_the_flag(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink = NodeSink(client=client, node_name="no-such-node", stop=stop)
+    sink = NodeSink(client=api_client, node_name="no-such-node", stop=stop)
     with pytest.raises(SinkPermanentError, match=r"'no-such-node' not found.*--node-name"):
         sink.publish(publication())
-    assert len(emulator.requests) == 1
+    assert [r.status for r in api.requests] == [404]
 
 
 def test_stop_during_backoff_gives_up_promptly(
     emulator: ApiServerEmulator, cluster: object, kubeconfig: Path, stop: threading.Event
 ) -> None:
+    # Emulator only: an endless 503 with nothing applied (see the storms above).
     patient = RetryPolicy(initial_delay=5.0, max_delay=30.0, deadline=300.0)
     client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=patient)
     emulator.inject(Fault(status=503, times=None))
@@ -311,6 +327,7 @@ def test_stop_during_backoff_gives_up_promptly(
 def test_retry_deadline_bounds_a_publish(
     emulator: ApiServerEmulator, cluster: object, kubeconfig: Path, stop: threading.Event
 ) -> None:
+    # Emulator only: an endless 503 with nothing applied (see the storms above).
     short = RetryPolicy(initial_delay=0.05, max_delay=0.1, deadline=0.5)
     client = connect_kubernetes(kubeconfig=str(kubeconfig), retry_policy=short)
     emulator.inject(Fault(status=503, times=None))
@@ -323,35 +340,39 @@ def test_retry_deadline_bounds_a_publish(
 
 
 def test_timestamp_annotation_moves_the_timestamp_off_the_labels(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink = sink_for(client, stop, timestamp_annotation=True)
+    sink = sink_for(api_client, stop, timestamp_annotation=True)
     sink.publish(publication({**EIGHT_H100, TIMESTAMP_KEY: "1733140000"}))
-    assert TIMESTAMP_KEY not in emulator.node_labels(NODE)
-    assert emulator.node_annotations(NODE)[TIMESTAMP_KEY] == "1733140000"
-    assert TIMESTAMP_KEY not in emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION]
-    emulator.clear_log()
+    assert TIMESTAMP_KEY not in node_labels(api, NODE)
+    assert node_annotations(api, NODE)[TIMESTAMP_KEY] == "1733140000"
+    assert TIMESTAMP_KEY not in node_annotations(api, NODE)[OWNERSHIP_ANNOTATION]
+    api.clear_log()
     sink.publish(publication({**EIGHT_H100, TIMESTAMP_KEY: "1733140000"}))
-    assert emulator.count(writes=True) == 0
+    assert writes(api) == []
 
 
-def test_unowned_annotation_is_refused(client: KubeClient, stop: threading.Event) -> None:
+def test_unowned_annotation_is_refused(
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
+) -> None:
     with pytest.raises(SinkPermanentError, match="does not own the annotation"):
-        sink_for(client, stop).publish(publication(**{"example.com/other": "x"}))
+        sink_for(api_client, stop).publish(publication(**{"example.com/other": "x"}))
+    assert writes(api) == []
 
 
 def test_oversized_annotations_are_refused_before_sending(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
     huge = "x" * (300 * 1024)
     with pytest.raises(SinkPermanentError, match="over the API server's 262144-byte limit"):
-        sink_for(client, stop).publish(publication(**{TOPOLOGY_ANNOTATION: huge}))
-    assert emulator.count(writes=True) == 0
+        sink_for(api_client, stop).publish(publication(**{TOPOLOGY_ANNOTATION: huge}))
+    assert writes(api) == []
 
 
 def test_invalid_label_422_is_permanent_and_nothing_is_applied(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: kmock validates nothing (it would store the invalid label).
     bad = {**EIGHT_H100, "nvidia.com/gpu.compute.major": "-1"}
     with pytest.raises(SinkPermanentError, match=r"HTTP 422.*is invalid"):
         sink_for(client, stop).publish(publication(bad))
@@ -359,7 +380,7 @@ def test_invalid_label_422_is_permanent_and_nothing_is_applied(
 
 
 def test_an_ownership_annotation_edited_to_list_foreign_labels_deletes_none_of_them(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event, cluster: Any
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
     foreign = {
         "kubernetes.io/os": "linux",
@@ -367,18 +388,18 @@ def test_an_ownership_annotation_edited_to_list_foreign_labels_deletes_none_of_t
         "example.com/rack": "r17",
         "nvidia.com/dcgm.exporter": "true",
     }
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     sink.publish(publication())
     # Anyone who may edit the node's annotations lists other writers' keys as gfd's.
     listed = ",".join(sorted({*EIGHT_H100, *foreign}))
-    emulator.change_node_metadata(NODE, labels=foreign, annotations={OWNERSHIP_ANNOTATION: listed})
-    emulator.clear_log()
+    api.change_node_metadata(NODE, labels=foreign, annotations={OWNERSHIP_ANNOTATION: listed})
+    api.clear_log()
     assert sink.publish(publication({"nvidia.com/gpu.count": "8"})) is True
-    labels = emulator.node_labels(NODE)
+    labels = node_labels(api, NODE)
     assert {k: labels.get(k) for k in foreign} == foreign
     assert "nvidia.com/gpu.product" not in labels, "gfd's own stale keys still go"
-    assert emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION] == "nvidia.com/gpu.count"
-    (write,) = [r for r in emulator.requests if r.is_write]
+    assert node_annotations(api, NODE)[OWNERSHIP_ANNOTATION] == "nvidia.com/gpu.count"
+    (write,) = writes(api)
     removed = {k for k, v in write.body["metadata"]["labels"].items() if v is None}
     assert removed == set(EIGHT_H100) - {"nvidia.com/gpu.count"}
 
@@ -389,7 +410,9 @@ def test_a_stale_cached_read_right_after_a_write_orphans_no_label(
     """The real server's watch cache lags a write by a moment (the real-server suite sees
     the 409s it causes). Two publications within that moment: the second one's cached
     read predates the first write, and must not rewrite the ownership annotation from it
-    (it would drop a key gfd still owns, which then stays on the node for good)."""
+    (it would drop a key gfd still owns, which then stays on the node for good).
+
+    Emulator only: kmock has no watch cache and no preconditions."""
     with ApiServerEmulator(watch_cache_lag=30.0) as lagging:
         seed_gfd_cluster(lagging, node_name=NODE, token=TOKEN)
         kubeconfig = lagging.write_kubeconfig(tmp_path / "kubeconfig", TOKEN)

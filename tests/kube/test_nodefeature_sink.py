@@ -1,4 +1,9 @@
-"""The NodeFeature sink against the API server emulator."""
+"""The NodeFeature sink against the API servers.
+
+Tests taking ``api`` run against the project's emulator and against kmock (see
+:mod:`tests.kube.servers`); those taking ``emulator`` need what only the emulator does,
+and each says why.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from gfd.sinks.kube import KubeApiPermanentError, KubeClient, connect_kubernetes
 from gfd.sinks.nodefeature import NODE_NAME_LABEL, NodeFeatureSink
 from tests.emulator import ApiServerEmulator, Fault, Principal
 from tests.kube.conftest import FAST_RETRIES, NAMESPACE, NODE, POD
+from tests.kube.servers import NODEFEATURES, ApiServer, writes
 
 LABELS = {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 OBJECT = f"nvidia-features-for-{NODE}"
@@ -26,13 +32,13 @@ def sink_for(client: KubeClient, stop: threading.Event, pod: str | None = POD) -
 
 
 def test_creates_the_object_as_the_reference_does(
-    emulator: ApiServerEmulator,
-    client: KubeClient,
-    cluster: dict[str, Any],
+    api: ApiServer,
+    api_client: KubeClient,
+    api_cluster: dict[str, Any],
     stop: threading.Event,
 ) -> None:
-    assert sink_for(client, stop).publish(Publication(LABELS)) is True
-    stored = emulator.nodefeature(NAMESPACE, OBJECT)
+    assert sink_for(api_client, stop).publish(Publication(LABELS)) is True
+    stored = api.get(NODEFEATURES, OBJECT, NAMESPACE)
     assert stored is not None
     assert stored["apiVersion"] == "nfd.k8s-sigs.io/v1alpha1"
     assert stored["kind"] == "NodeFeature"
@@ -41,7 +47,7 @@ def test_creates_the_object_as_the_reference_does(
         "labels": LABELS,
         "features": {"flags": {}, "attributes": {}, "instances": {}},
     }
-    pod, daemonset = cluster["pod"]["metadata"], cluster["daemonset"]["metadata"]
+    pod, daemonset = api_cluster["pod"]["metadata"], api_cluster["daemonset"]["metadata"]
     assert sorted(
         (r["kind"], r["name"], r["uid"]) for r in stored["metadata"]["ownerReferences"]
     ) == [
@@ -51,21 +57,21 @@ def test_creates_the_object_as_the_reference_does(
 
 
 def test_steady_state_is_one_cached_read_and_no_write(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     sink.publish(Publication(LABELS))
-    emulator.clear_log()
+    api.clear_log()
     for _ in range(3):
         assert sink.publish(Publication(LABELS, {"nvidia.com/gpu.topology": "{}"})) is False
-    assert [(r.method, r.query) for r in emulator.requests] == [
-        ("GET", {"resourceVersion": "0"})
-    ] * 3
+    assert [(r.method, r.query) for r in api.requests] == [("GET", {"resourceVersion": "0"})] * 3
 
 
 def test_changed_labels_replace_the_spec_with_an_optimistic_lock(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: gfd replaces the object with PUT, which kmock does not serve (404),
+    # and kmock keeps no generation or resourceVersion.
     sink = sink_for(client, stop)
     sink.publish(Publication(LABELS))
     before = emulator.nodefeature(NAMESPACE, OBJECT)
@@ -85,6 +91,7 @@ def test_changed_labels_replace_the_spec_with_an_optimistic_lock(
 def test_conflicting_update_rereads_and_converges(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: a PUT, and a 409 from a stale resourceVersion (kmock has neither).
     sink = sink_for(client, stop)
     sink.publish(Publication(LABELS))
 
@@ -110,35 +117,41 @@ def test_conflicting_update_rereads_and_converges(
 
 
 def test_a_deleted_object_is_recreated(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink = sink_for(client, stop)
+    sink = sink_for(api_client, stop)
     sink.publish(Publication(LABELS))
-    emulator.delete_object("nodefeatures", OBJECT, NAMESPACE)
+    api.delete(NODEFEATURES, OBJECT, NAMESPACE)
+    api.clear_log()
     assert sink.publish(Publication(LABELS)) is True
-    assert emulator.nodefeature(NAMESPACE, OBJECT) is not None
+    # kmock answers a create with 200, where the API server (and the emulator) say 201.
+    created = 200 if api.name == "kmock" else 201
+    assert [(r.method, r.status) for r in api.requests] == [("GET", 404), ("POST", created)]
+    assert api.get(NODEFEATURES, OBJECT, NAMESPACE) is not None
 
 
 def test_without_pod_name_there_are_no_owner_references(
-    emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
-    sink_for(client, stop, pod=None).publish(Publication(LABELS))
-    stored = emulator.nodefeature(NAMESPACE, OBJECT)
+    sink_for(api_client, stop, pod=None).publish(Publication(LABELS))
+    stored = api.get(NODEFEATURES, OBJECT, NAMESPACE)
     assert stored is not None
     assert "ownerReferences" not in stored["metadata"]
-    assert emulator.count(path_contains="/pods/") == 0
+    assert not [r for r in api.requests if "/pods/" in r.path]
 
 
 def test_unknown_pod_is_a_permanent_error_naming_pod_name(
-    client: KubeClient, stop: threading.Event
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
 ) -> None:
     with pytest.raises(SinkPermanentError, match=r"pod gpu-operator/nope not found.*POD_NAME"):
-        sink_for(client, stop, pod="nope").publish(Publication(LABELS))
+        sink_for(api_client, stop, pod="nope").publish(Publication(LABELS))
+    assert writes(api) == []
 
 
 def test_storms_converge(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: faults with nothing applied, and a connection dropped mid-body.
     emulator.inject(
         Fault(status=503, times=3),
         Fault(status=429, retry_after="0", times=2),
@@ -162,6 +175,7 @@ def test_missing_permission_is_reported_and_not_retried(
     kubeconfig: Path,
     stop: threading.Event,
 ) -> None:
+    # Emulator only: kmock has no authorisation.
     emulator.set_token(
         "no-create", Principal("system:serviceaccount:gpu-operator:gfd", frozenset({("get", "*")}))
     )
@@ -178,6 +192,7 @@ def test_missing_permission_is_reported_and_not_retried(
 def test_stop_during_backoff_interrupts(
     emulator: ApiServerEmulator, client: KubeClient, stop: threading.Event
 ) -> None:
+    # Emulator only: an endless 503.
     emulator.inject(Fault(status=503, times=None))
     stop.set()
     with pytest.raises(SinkError, match="interrupted"):
@@ -188,7 +203,7 @@ def test_stop_during_backoff_interrupts(
 def test_another_namespace_is_forbidden_as_by_a_namespaced_role(
     client: KubeClient, cluster: dict[str, Any], stop: threading.Event
 ) -> None:
-    # gfd's Role binds it in its own namespace only (as the real server enforces;
+    # Emulator only (kmock has no RBAC). gfd's Role binds it in its own namespace only (as the real server enforces;
     # tests/realkube/test_emulator_parity.py holds the emulator to it).
     sink = NodeFeatureSink(
         client=client, node_name=NODE, namespace="default", pod_name=None, stop=stop
