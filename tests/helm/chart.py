@@ -173,8 +173,11 @@ class Helm:
     def lint(self, values: Values | None = None) -> list[str]:
         """What ``helm lint --strict`` would fail on: its warnings and errors.
 
-        Strict also renders the templates with ``missingkey=error``, so a value that a
-        template reads and the chart does not define is an error in any branch rendered.
+        Lint renders every template with ``values``, so a template that fails in a branch
+        those values reach (a nil map, a ``fail``, output that is not YAML) is an error.
+        A misspelt leaf value (``.Values.sinks.node.nope``) is not: Helm v4 renders it
+        empty even in strict mode (tried), and only the comparisons of what is rendered
+        (with deploy/, and the assertions on arguments) catch it.
         """
         report = self.sdk.lint(CHART_DIR, _plain(values), strict=True)
         assert report["total_charts_linted"] == 1, report

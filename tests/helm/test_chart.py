@@ -52,7 +52,8 @@ def test_lint_strict(helm: Helm) -> None:
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_lint_strict_with_each_configuration(helm: Helm, case: str) -> None:
-    # Lint renders the templates too: with --strict a missing value in any branch fails.
+    # Lint renders the templates too: a template error in any branch these values reach
+    # fails (see Helm.lint for what it does not see).
     assert helm.lint(MATRIX[case]) == [], case
 
 
