@@ -242,9 +242,14 @@ class Tally:
 
     def __init__(self) -> None:
         self.verdicts: dict[str, Verdict] = {}
+        #: Where the reference's outcomes came from (live, or which records), in order.
+        self.sources: dict[str, None] = {}
 
     def record(self, case_id: str, verdict: Verdict) -> None:
         self.verdicts[case_id] = verdict
+
+    def note_source(self, source: str) -> None:
+        self.sources[source] = None
 
     def summary(self) -> str | None:
         if not self.verdicts:
@@ -258,8 +263,11 @@ class Tally:
             for name in verdict.expected:
                 by_entry[name] = by_entry.get(name, 0) + 1
         entries = ", ".join(f"{name} {n}" for name, n in sorted(by_entry.items()))
+        # The line says whether the reference ran or its record was replayed: a reader must
+        # know which evidence the counts rest on.
+        sources = f" (reference: {', '.join(self.sources)})" if self.sources else ""
         return (
-            f"reference differential: {len(verdicts)} cases compared, {identical} identical "
+            f"reference differential{sources}: {len(verdicts)} cases compared, {identical} identical "
             f"(gfd's topology keys aside), {len(expected)} with expected differences"
             f"{f' ({entries})' if entries else ''}, {unexpected} unexpected"
         )

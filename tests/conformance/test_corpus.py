@@ -13,25 +13,26 @@ A 200-character product name cannot be served: NVML's name buffer holds 95 bytes
 (``NVML_DEVICE_NAME_V2_BUFFER_SIZE``), so no real driver reports one and the simulator
 refuses it. The 95-character name here is the longest a node can have; 200 characters
 are covered by the pure label tests (``tests/test_labels.py``).
+
+The reference's side is its record (``tests/records/reference-gfd/corpus.json``) unless
+``GFD_REFERENCE_BIN`` points at a build, which then runs live; gfd always runs.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import pytest
 
 from gfd.facts import Gpu, NodeFacts, VgpuInfo
 from tests.conformance.differences import TALLY, compare, invalid_labels
 from tests.conformance.reference import (
-    Machine,
+    MachineSpec,
     Pair,
     Run,
-    machine_for,
-    reference_binary,
+    facts_machine,
+    reference_source,
     run_pairs,
     sharing_config,
 )
@@ -177,24 +178,33 @@ CASES = [
 ]
 
 
+#: The record of this suite: ``tests/records/reference-gfd/corpus.json``.
+SUITE = "corpus"
+
+
+def machine_specs() -> dict[str, MachineSpec]:
+    """Every corpus machine; its serialised facts are part of each case's inputs."""
+    return {key: facts_machine(key, build()) for key, build in MACHINES.items()}
+
+
+def suite_cases() -> tuple[list[Run], dict[str, MachineSpec]]:
+    """Every case of this suite and its machines (for the recorder, too)."""
+    return [c.run() for c in CASES], machine_specs()
+
+
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pair]:
-    binary = reference_binary()
-    machines: dict[str, Callable[[Path], Machine]] = {
-        key: functools.partial(_prepare, build) for key, build in MACHINES.items()
-    }
-    return run_pairs(binary, [c.run() for c in CASES], machines, tmp_path_factory.mktemp("corpus"))
+    source = reference_source(SUITE)
+    TALLY.note_source(source.describe())
+    return run_pairs(
+        source, [c.run() for c in CASES], machine_specs(), tmp_path_factory.mktemp("corpus")
+    )
 
 
-def _prepare(build: Callable[[], NodeFacts], directory: Path) -> Machine:
-    return machine_for(build(), directory)
-
-
-@pytest.mark.oracle("reference-gfd")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.case_id)
 def test_corpus_case(case: CorpusCase, pairs: dict[str, Pair]) -> None:
     pair = pairs[case.case_id]
-    ref, ours = pair.reference, pair.gfd
+    ref, ours = pair.reference_outcome(), pair.gfd
     verdict = compare(
         (ref.labelled, ref.labels, ref.describe()),
         (ours.labelled, ours.labels, ours.describe()),

@@ -7,30 +7,34 @@ reviewed list, ``tests/conformance/differences.py``, explains it; anything else 
 the label named. One machine is prepared per profile and every case runs in one parallel
 batch (``tests/conformance/reference.py``); the closing line of the session counts the
 cases compared, identical and with expected differences.
+
+The reference's side is its record (``tests/records/reference-gfd/differential.json``) unless
+``GFD_REFERENCE_BIN`` points at a build, which then runs live (``reference.py``); gfd always
+runs. A case whose inputs changed since the record, or that has none, fails.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from gfd.sim import BUNDLED_PROFILES, load_profile
 from tests.conformance.differences import TALLY, compare
 from tests.conformance.reference import (
-    Machine,
+    MachineSpec,
     Pair,
     Run,
-    machine_for,
-    reference_binary,
+    profile_machine,
+    reference_source,
     run_pairs,
     sharing_config,
 )
 
 MIG_STRATEGIES = ("none", "single", "mixed")
+#: The record of this suite: ``tests/records/reference-gfd/differential.json``.
+SUITE = "differential"
 
 
 #: Name → config file text (None: no config file). Replicas 1 is refused by both programs.
@@ -92,34 +96,39 @@ CASES = [
 ]
 
 
+def suite_cases() -> tuple[list[Run], dict[str, MachineSpec]]:
+    """Every case of this suite and its machines (for the recorder, too)."""
+    return [c.run() for c in CASES], {p: profile_machine(p) for p in BUNDLED_PROFILES}
+
+
 @pytest.fixture(scope="module")
 def pairs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Pair]:
     """Every selected case of this module, run in one batch the first time one is needed."""
-    binary = reference_binary()
+    source = reference_source(SUITE)
+    TALLY.note_source(source.describe())
     selected: dict[str, DiffCase] = {}
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
         case = callspec.params.get("case") if callspec is not None else None
         if isinstance(case, DiffCase):
             selected[case.case_id] = case
-    machines: dict[str, Callable[[Path], Machine]] = {
-        c.profile: functools.partial(machine_for, c.profile) for c in selected.values()
+    machines: dict[str, MachineSpec] = {
+        c.profile: profile_machine(c.profile) for c in selected.values()
     }
     return run_pairs(
-        binary,
+        source,
         [c.run() for c in selected.values()],
         machines,
         tmp_path_factory.mktemp("differential"),
     )
 
 
-@pytest.mark.oracle("reference-gfd")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.case_id)
 def test_labels_match_the_reference(case: DiffCase, pairs: dict[str, Pair]) -> None:
     pair = pairs[case.case_id]
-    ref, ours = pair.reference, pair.gfd
+    ref, ours = pair.reference_outcome(), pair.gfd
     verdict = compare(
         (ref.labelled, ref.labels, ref.describe()),
         (ours.labelled, ours.labels, ours.describe()),

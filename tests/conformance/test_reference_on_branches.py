@@ -4,7 +4,9 @@ Both programs load the simulated ``libnvidia-ml.so.1`` of the machine's branch (
 535, 550, 570+: the export set of that branch's real library); the harness is
 ``tests/conformance/reference.py``. The label maps must be equal but for gfd's own
 topology labels, the one reviewed difference that applies to these machines
-(``tests/conformance/differences.py``).
+(``tests/conformance/differences.py``). The reference's side is its record
+(``tests/records/reference-gfd/branches.json``) unless ``GFD_REFERENCE_BIN`` points at a
+build, which then runs live; gfd always runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,19 @@ import pytest
 
 from gfd.facts import NodeFacts
 from tests.conformance.differences import GFD_TOPOLOGY_KEYS
-from tests.conformance.reference import machine_for, reference_binary, run_gfd, run_reference
+from tests.conformance.reference import (
+    MachineSpec,
+    ReferenceSource,
+    Run,
+    facts_machine,
+    profile_machine,
+    reference_case,
+    reference_source,
+    run_gfd,
+)
+
+#: The record of this suite: ``tests/records/reference-gfd/branches.json``.
+SUITE = "branches"
 
 #: One bundled profile per emulated driver branch.
 PROFILES_BY_BRANCH = {
@@ -25,20 +39,36 @@ PROFILES_BY_BRANCH = {
     550: "dgx-a100",
     570: "dgx-h100",
 }
+#: NVML up, zero GPUs.
+NO_GPUS = NodeFacts(driver_version="550.163.01", cuda_driver_version=12040, machine_type="VM")
+NO_GPUS_RUN = Run(case_id="no-gpus", machine_key="no-gpus")
+
+
+def branch_run(branch: int, profile: str) -> Run:
+    return Run(case_id=f"branch-{branch}-{profile}", machine_key=profile)
+
+
+def suite_cases() -> tuple[list[Run], dict[str, MachineSpec]]:
+    """Every case of this suite and its machines (for the recorder, too)."""
+    runs = [branch_run(b, p) for b, p in sorted(PROFILES_BY_BRANCH.items())] + [NO_GPUS_RUN]
+    machines = {p: profile_machine(p) for p in PROFILES_BY_BRANCH.values()}
+    machines["no-gpus"] = facts_machine("no-gpus", NO_GPUS)
+    return runs, machines
 
 
 @pytest.fixture(scope="module")
-def reference() -> Path:
-    return reference_binary()
+def source() -> ReferenceSource:
+    return reference_source(SUITE)
 
 
-@pytest.mark.oracle("reference-gfd")
 @pytest.mark.parametrize(("branch", "profile"), sorted(PROFILES_BY_BRANCH.items()))
 def test_same_labels_as_the_reference_on_each_branch(
-    reference: Path, branch: int, profile: str, tmp_path: Path
+    source: ReferenceSource, branch: int, profile: str, tmp_path: Path
 ) -> None:
-    machine = machine_for(profile, tmp_path)
-    theirs = run_reference(reference, machine, tmp_path / "reference.out").labels
+    spec = profile_machine(profile)
+    machine = spec.prepare(tmp_path)
+    run = branch_run(branch, profile)
+    theirs = reference_case(source, spec, run, machine, tmp_path / "reference.out").labels
     ours = run_gfd(machine, tmp_path / "gfd.out").labels
     assert theirs is not None and ours is not None
     assert set(ours) - set(theirs) <= GFD_TOPOLOGY_KEYS, sorted(set(ours) - set(theirs))
@@ -48,11 +78,12 @@ def test_same_labels_as_the_reference_on_each_branch(
     assert theirs["nvidia.com/cuda.driver-version.major"] == str(branch)
 
 
-@pytest.mark.oracle("reference-gfd")
-def test_a_node_without_gpus_gets_the_references_labels(reference: Path, tmp_path: Path) -> None:
+def test_a_node_without_gpus_gets_the_references_labels(
+    source: ReferenceSource, tmp_path: Path
+) -> None:
     """NVML up, zero GPUs: no cuda.*, no gpu.machine, only vgpu.present (and no topology)."""
-    facts = NodeFacts(driver_version="550.163.01", cuda_driver_version=12040, machine_type="VM")
-    machine = machine_for(facts, tmp_path)
-    theirs = run_reference(reference, machine, tmp_path / "reference.out").labels
+    spec = facts_machine("no-gpus", NO_GPUS)
+    machine = spec.prepare(tmp_path)
+    theirs = reference_case(source, spec, NO_GPUS_RUN, machine, tmp_path / "reference.out").labels
     assert theirs == {"nvidia.com/vgpu.present": "false"}
     assert run_gfd(machine, tmp_path / "gfd.out").labels == theirs
