@@ -40,6 +40,11 @@ Reproduced (documented API behaviour):
 * A request log (method, path, query, content type, status, timestamp, user,
   injected fault, parsed body) for assertions and request counting.
 
+Held to: kube-apiserver 1.36's answers to the request shapes gfd and its tests make,
+recorded in ``tests/records/kube-apiserver/answers.json`` (re-recorded against a real
+server by :mod:`tests.emulator.record_answers`; replayed by ``test_recorded_answers.py``),
+and, live, by ``tests/realkube/test_emulator_parity.py`` when a real server is given.
+
 Not reproduced: watches, list pagination and label/field selectors, server-side
 apply, admission (webhooks, ValidatingAdmissionPolicy), RBAC objects (permissions
 are set per token directly), strategic-merge directives (``$patch`` and friends are

@@ -38,6 +38,9 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+#: What the API server says when a JSON Patch cannot be applied (a failed ``test``, a
+#: missing path): its generic 422 message; the patch library's own text is not returned.
+JSON_PATCH_FAILED = "the server rejected our request due to an error in our request"
 
 
 @dataclass(frozen=True)
@@ -707,7 +710,7 @@ class ApiServerEmulator:
             raise _ApiError(
                 403,
                 "Forbidden",
-                _forbidden(principal, verb, resource, name, namespace),
+                _forbidden(principal, verb, resource, rbac_resource, name, namespace),
                 **{key: value for key, value in details.items() if value},
             )
         key = (resource.plural, namespace, name or "")
@@ -730,8 +733,7 @@ class ApiServerEmulator:
                     404,
                     "NotFound",
                     f'{resource.qualified} "{name}" not found',
-                    name=name,
-                    kind=resource.plural,
+                    **_details(resource, name),
                 )
             if verb == "get":
                 return _Reply(200, copy.deepcopy(current))
@@ -788,8 +790,7 @@ class ApiServerEmulator:
                 409,
                 "AlreadyExists",
                 f'{resource.qualified} "{name}" already exists',
-                name=name,
-                kind=resource.plural,
+                **_details(resource, name),
             )
         self._validate(resource, name, metadata)
         if resource.plural == "events":
@@ -831,12 +832,21 @@ class ApiServerEmulator:
                 f"does not match the name on the URL ({key[2]})",
             )
         if resource.custom and not metadata.get("resourceVersion"):
+            # The generic registry names the resource (plural.group) where a kind belongs,
+            # and prints the uint64 0 as Go's %#v does.
+            problem = "Invalid value: 0x0: must be specified for an update"
             raise _ApiError(
                 422,
                 "Invalid",
-                f'{resource.kind} "{key[2]}" is invalid: '
-                "metadata.resourceVersion: Invalid value: 0x0: must be specified "
-                "for an update",
+                f'{resource.qualified} "{key[2]}" is invalid: metadata.resourceVersion: {problem}',
+                **_details(resource, key[2]),
+                causes=[
+                    {
+                        "reason": "FieldValueInvalid",
+                        "message": problem,
+                        "field": "metadata.resourceVersion",
+                    }
+                ],
             )
         return self._store_update(resource, key, current, body)
 
@@ -872,7 +882,8 @@ class ApiServerEmulator:
         except (MalformedPatch, UnsupportedPatch) as exc:
             raise _ApiError(400, "BadRequest", str(exc)) from exc
         except PatchError as exc:
-            raise _ApiError(422, "Invalid", str(exc)) from exc
+            # The API server keeps the patch library's text to itself: its generic 422.
+            raise _ApiError(422, "Invalid", JSON_PATCH_FAILED) from exc
         if not isinstance(patched, dict):
             raise _ApiError(422, "Invalid", "the patch replaced the whole object with a non-object")
         for immutable in ("name", "namespace", "uid"):
@@ -909,8 +920,7 @@ class ApiServerEmulator:
                 "Conflict",
                 f'Operation cannot be fulfilled on {resource.qualified} "{key[2]}": the object '
                 "has been modified; please apply your changes to the latest version and try again",
-                name=key[2],
-                kind=resource.plural,
+                **_details(resource, key[2]),
             )
         self._validate(resource, key[2], metadata)
         for kept in ("uid", "creationTimestamp", "resourceVersion", "generation", "namespace"):
@@ -999,14 +1009,30 @@ def _verb(method: str, has_name: bool) -> str | None:
 
 
 def _forbidden(
-    principal: Principal, verb: str, resource: ResourceType, name: str | None, namespace: str
+    principal: Principal,
+    verb: str,
+    resource: ResourceType,
+    rbac_resource: str,
+    name: str | None,
+    namespace: str,
 ) -> str:
+    """The message of an RBAC denial: the subject names the resource alone, the rule it
+    lacks names the subresource too (``nodes/status``), as the API server writes them."""
     subject = f'{resource.qualified} "{name}"' if name else resource.qualified
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     return (
         f'{subject} is forbidden: User "{principal.user}" cannot {verb} resource '
-        f'"{resource.plural}" in API group "{resource.group}" {scope}'
+        f'"{rbac_resource}" in API group "{resource.group}" {scope}'
     )
+
+
+def _details(resource: ResourceType, name: str) -> dict[str, str]:
+    """``details`` of a NotFound, AlreadyExists, Conflict or Invalid about an object: the
+    group is left out when empty, as the API server's JSON omits it."""
+    details = {"name": name, "kind": resource.plural}
+    if resource.group:
+        details["group"] = resource.group
+    return details
 
 
 class _Handler(BaseHTTPRequestHandler):
