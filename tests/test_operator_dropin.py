@@ -1,6 +1,11 @@
 """What makes gfd a drop-in under the GPU Operator, without the operator: the process
 name NVIDIA's config-manager looks for, and noticing a changed config file unsignalled.
-(With config-manager itself and a real API server: tests/realkube/test_gpu_operator.py.)"""
+(With config-manager itself and a real API server: tests/realkube/test_gpu_operator.py.)
+
+How config-manager finds the process to signal is held to what a build of it showed,
+``tests/records/config-manager/process-lookup.json`` (recorded by
+``tests/conformance/record_config_manager.py``): which command lines it found, and gfd's own
+command line, started as the operator starts it and with ``python -m gfd``."""
 
 from __future__ import annotations
 
@@ -11,12 +16,21 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gfd.agent import LoopControl
 from gfd.config_watch import ConfigFileWatch
 from gfd.process_title import OPERATOR_COMMAND, name_process
+from tests.conformance.record_config_manager import (
+    PROCESS_TO_SIGNAL,
+    RECORD,
+    RERECORD,
+    all_cases,
+    case_sha256,
+)
+from tests.records.store import load_record, recorded_case
 from tests.reliability.agent_process import AgentProcess, parse_label_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +54,42 @@ def test_the_title_is_set_only_under_the_operators_name(argv0: str, expected: bo
     titles: list[str] = []
     assert name_process(argv0, set_title=titles.append) is expected
     assert titles == ([OPERATOR_COMMAND] if expected else [])
+    # The title is a command line config-manager found (its record), and the process name
+    # it looks for under the operator.
+    assert OPERATOR_COMMAND == PROCESS_TO_SIGNAL
+    assert config_manager_found("stand-in:bare-name") == [OPERATOR_COMMAND, "600"]
+
+
+def recorded(case_id: str) -> dict[str, Any]:
+    """config-manager's recorded case, if its inputs are still the recorder's."""
+    return recorded_case(RECORD, case_id, case_sha256(all_cases()[case_id]), RERECORD)
+
+
+def config_manager_found(case_id: str) -> list[str] | None:
+    """The command line config-manager found and signalled in ``case_id``, or None."""
+    case = recorded(case_id)
+    return list(case["cmdline"]) if case["config_manager_sent_signal"] else None
+
+
+def config_manager_finds(cmdline: list[str]) -> bool:
+    """config-manager's lookup as modelled here: argv[0] equals the name, exactly."""
+    return bool(cmdline) and cmdline[0] == PROCESS_TO_SIGNAL
+
+
+def test_the_lookup_model_is_what_config_manager_did() -> None:
+    """Every recorded case: found exactly when argv[0] is the name; found means signalled."""
+    record = load_record(RECORD)
+    assert sorted(record.cases) == sorted(all_cases()), f"the case list changed: {RERECORD}"
+    for case_id in record.cases:
+        case = recorded(case_id)
+        found = bool(case["config_manager_sent_signal"])
+        assert config_manager_finds(list(case["cmdline"])) == found, case_id
+        assert bool(case["candidate_got_sighup"]) == found, case_id
+        assert (case["config_manager_exit"] == 0) == found, case_id
+    # What the stand-ins show: an absolute or relative path, a suffix, a trailing space, or
+    # the interpreter first are all missed; only the bare name is found.
+    assert [c for c in record.cases if c.startswith("stand-in:") and
+            record.cases[c]["config_manager_sent_signal"]] == ["stand-in:bare-name"]  # fmt: skip
 
 
 def argv_of(pid: int) -> list[str]:
@@ -48,13 +98,20 @@ def argv_of(pid: int) -> list[str]:
 
 
 @pytest.mark.slow
-def test_started_as_gpu_feature_discovery_argv0_is_that_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("start", ["operator", "module"])
+def test_gfd_is_found_by_config_manager_as_recorded(tmp_path: Path, start: str) -> None:
     """config-manager compares argv[0] of /proc/PID/cmdline exactly; a console script's
-    argv[0] is the interpreter unless gfd renames itself."""
-    command = shutil.which(OPERATOR_COMMAND, path=str(Path(sys.executable).parent))
-    assert command, f"{OPERATOR_COMMAND} is not installed beside {sys.executable}"
+    argv[0] is the interpreter unless gfd renames itself. gfd's command line now must be
+    found (or not) as config-manager found it in the record."""
+    case = recorded(f"gfd:{start}")
+    if start == "operator":
+        command = shutil.which(OPERATOR_COMMAND, path=str(Path(sys.executable).parent))
+        assert command, f"{OPERATOR_COMMAND} is not installed beside {sys.executable}"
+        argv = [command]
+    else:
+        argv = [sys.executable, "-m", "gfd"]
     agent = subprocess.Popen(
-        [command, "--simulate", "t4-single", "--output-file", str(tmp_path / "gfd")],
+        [*argv, "--simulate", "t4-single", "--output-file", str(tmp_path / "gfd")],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -64,7 +121,11 @@ def test_started_as_gpu_feature_discovery_argv0_is_that_name(tmp_path: Path) -> 
         while not (tmp_path / "gfd").exists() and time.monotonic() < deadline:
             assert agent.poll() is None
             time.sleep(0.05)
-        assert argv_of(agent.pid)[0] == OPERATOR_COMMAND
+        seen = argv_of(agent.pid)
+        assert config_manager_finds(seen) == case["config_manager_sent_signal"], seen
+        if start == "operator":
+            # The whole command line is the name, as config-manager saw it when it found gfd.
+            assert seen == case["cmdline"] == [OPERATOR_COMMAND]
     finally:
         agent.terminate()
         agent.wait(timeout=10)
