@@ -5,23 +5,34 @@ sure that judge is sound without running anything: each record covers exactly it
 every case's inputs are still the recorded ones (else the command that re-records is named),
 a changed or unknown case is refused, and on the cases both share, the record agrees with the
 independently made recording in ``../shared/reference/gfd-v0.20.0-labels/`` (same release,
-another person's run and harness).
+another person's run and harness). Where ``GFD_REFERENCE_BIN`` points at a build, the build is
+also asked every case again and must answer as recorded (a record from another build, or a
+build that is not v0.20.0, shows here).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from pathlib import Path
 
 import pytest
 
+from gfd.sim import load_profile
 from tests.conformance import record_reference
 from tests.conformance.reference import (
     RERECORD,
+    MachineSpec,
     ReferenceSource,
     case_inputs_sha256,
     outcome_from_record,
+    outcome_to_record,
+    prepare_machines,
+    reference_source,
+    run_all,
+    run_reference,
+    with_config,
 )
 from tests.oracles import PROJECT_ROOT
 from tests.records.store import RecordError, load_record
@@ -108,3 +119,41 @@ def test_the_record_agrees_with_an_independent_recording() -> None:
         assert (ours.returncode, ours.labels if ours.labelled else None) == theirs, run.case_id
         compared += 1
     assert compared >= 40, f"only {compared} cases could be compared"
+
+
+def _several_models(spec: MachineSpec) -> bool:
+    """Whether the reference flaps on the machine: it picks one of several models at random."""
+    facts = load_profile(spec.source).facts if isinstance(spec.source, str) else spec.source
+    return len({gpu.name for gpu in facts.gpus}) > 1
+
+
+@pytest.mark.oracle("reference-gfd")
+@pytest.mark.parametrize("suite", sorted(record_reference.SUITES))
+def test_the_live_reference_answers_as_recorded(suite: str, tmp_path: Path) -> None:
+    source = reference_source(suite)
+    assert source.binary is not None
+    record = load_record(source.record)
+    runs, machines = record_reference.SUITES[suite]()
+    prepared = prepare_machines(runs, machines, tmp_path)
+    tasks = []
+    for run in runs:
+        case_dir = tmp_path / "cases" / run.case_id
+        case_dir.mkdir(parents=True)
+        task = functools.partial(
+            run_reference, source.binary, prepared[run.machine_key], case_dir / "out",
+            with_config(run, case_dir),
+        )  # fmt: skip
+        tasks.append((run.case_id, task))
+    outcomes = run_all(tasks)
+    drifted = []
+    for run in runs:
+        if _several_models(machines[run.machine_key]):
+            continue  # one draw of a random pick was recorded
+        recorded = {k: v for k, v in record.cases[run.case_id].items() if k != "inputs_sha256"}
+        if outcome_to_record(outcomes[run.case_id][0]) != recorded:
+            drifted.append(run.case_id)
+    assert not drifted, (
+        f"{source.binary} answers {len(drifted)} cases otherwise than the record "
+        f"({', '.join(drifted[:5])}, ...); if it is the release recorded, re-record: "
+        + RERECORD.format(suite=suite)
+    )
