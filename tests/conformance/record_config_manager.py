@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("needs root and unshare: each case runs in a PID namespace of its own")
     cases = {case_id: record_case(binary, case_id, c) for case_id, c in all_cases().items()}
     notes = {
-        "upstream": "https://github.com/NVIDIA/k8s-device-plugin",
+        "upstream": "NVIDIA/k8s-device-plugin",
         "how": (
             "per case, a fresh PID namespace (unshare --pid --fork --mount-proc) holding only the "
             "candidate, config-manager and the recorder (argv[0] the Python interpreter); "

@@ -48,7 +48,7 @@ from tests.conformance.reference import (
 from tests.records.store import Record, today, write_record
 
 PROGRAM = "NVIDIA gpu-feature-discovery"
-UPSTREAM = "https://github.com/NVIDIA/k8s-device-plugin"
+UPSTREAM = "NVIDIA/k8s-device-plugin"
 
 #: Suite name (its record file's stem) → its test module's cases.
 SUITES: dict[str, Callable[[], tuple[list[Run], dict[str, MachineSpec]]]] = {

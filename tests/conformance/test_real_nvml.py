@@ -5,9 +5,10 @@ on any Linux machine; without NVIDIA's kernel driver (CI), ``nvmlInit`` answers
 NVML_ERROR_DRIVER_NOT_LOADED. So these cases check what can be checked without a GPU: every
 function gfd may call is exported by each real library or handled as optional, the
 simulator's export set for each branch equals the real one, and gfd behaves as NVIDIA's
-reference does on a node whose driver is not loaded (measured with the reference binary:
-``--fail-on-init-error=false`` exits 0 with the feature file ``nvidia.com/vgpu.present=false``;
-``true`` exits 1).
+reference does on a node whose driver is not loaded: what the reference binary did on each
+library is recorded in ``tests/records/reference-gfd/no-driver.json``
+(``tests/conformance/record_no_driver.py``): ``--fail-on-init-error=false`` exits 0 with the
+feature file ``nvidia.com/vgpu.present=false``, ``true`` exits 1.
 """
 
 from __future__ import annotations
@@ -24,12 +25,19 @@ from gfd.nvml.branches import FIRST_EXPORTED_IN, driver_branch
 from gfd.nvml.reader import NVML_CALLS, read_facts
 from gfd.sim import library_path
 from gfd.sim.branch_library import dynamic_exports
+from tests.conformance.record_no_driver import RECORD, RERECORD, case_id, case_inputs_sha256
 from tests.oracles import oracle_path
+from tests.records.store import recorded_case
 from tests.reliability.agent_process import parse_label_lines
 
 ORACLE = "real-nvml"
-#: What the reference writes on a node whose NVML cannot start (fail-on-init-error=false).
-REFERENCE_LABELS_WITHOUT_DRIVER = {"nvidia.com/vgpu.present": "false"}
+
+
+def reference_without_driver(library: Path, fail: str) -> dict[str, object]:
+    """What the reference did on ``library`` with ``--fail-on-init-error=<fail>`` (recorded)."""
+    return recorded_case(
+        RECORD, case_id(library, fail), case_inputs_sha256(library, fail), RERECORD
+    )
 
 
 def real_libraries() -> list[Path]:
@@ -119,9 +127,10 @@ def test_no_driver_with_fail_on_init_error_false_labels_like_the_reference(tmp_p
             "--sysfs-root", str(_empty_sysfs(work / "sys")),
             "--machine-type-file", str(work / "absent"),
         )  # fmt: skip
-        assert done.returncode == 0, done.stderr
+        reference = reference_without_driver(library, "false")
+        assert done.returncode == reference["returncode"] == 0, done.stderr
         assert "Traceback" not in done.stderr
-        assert parse_label_lines(output.read_text()) == REFERENCE_LABELS_WITHOUT_DRIVER
+        assert parse_label_lines(output.read_text()) == reference["labels"]
 
 
 @pytest.mark.oracle(ORACLE)
@@ -129,7 +138,9 @@ def test_no_driver_with_fail_on_init_error_true_exits_with_one_line(tmp_path: Pa
     for library in real_libraries():
         output = tmp_path / version_of(library) / "gfd"
         done = _run_gfd(library, "--fail-on-init-error=true", "--output-file", str(output))
-        assert done.returncode == 1
+        reference = reference_without_driver(library, "true")
+        assert done.returncode == reference["returncode"] == 1
+        assert reference["labels"] is None
         assert "Traceback" not in done.stderr
         (line,) = [x for x in done.stderr.splitlines() if not x.startswith("{")]
         assert line.startswith("gfd: error: ") and "NVML_ERROR_DRIVER_NOT_LOADED" in line
