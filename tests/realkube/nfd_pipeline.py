@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gfd.sinks.featurefile import EVENT_SPACING
-from tests.oracles import oracle_path
+from tests.oracles import PROJECT_ROOT, oracle_path
 from tests.realkube.cluster import GfdCluster
 
 #: Where the worker writes its NodeFeature (nfd-master reads every namespace).
@@ -30,6 +30,8 @@ NFD_NAMESPACE = "node-feature-discovery"
 #: nfd-master's record of the keys it set on a Node.
 NFD_FEATURE_LABELS = "nfd.node.kubernetes.io/feature-labels"
 RUN_PIPELINE_ENV = "NFD_RUN_PIPELINE"
+#: The shared oracle notes' script, used when the variable is unset.
+DEFAULT_RUN_PIPELINE = PROJECT_ROOT.parent / "shared" / "oracles" / "nfd" / "run-pipeline.sh"
 
 
 class NfdPipeline:
@@ -37,11 +39,9 @@ class NfdPipeline:
 
     def __init__(self, kube: GfdCluster, workdir: Path, *, sleep_interval: str) -> None:
         oracle_path("nfd")
-        script = os.environ.get(RUN_PIPELINE_ENV, "")
-        if not script or not Path(script).is_file():
-            pytest.fail(
-                f"{RUN_PIPELINE_ENV} does not name NFD's run-pipeline.sh (unpack.sh sets it)"
-            )
+        script = os.environ.get(RUN_PIPELINE_ENV, "") or str(DEFAULT_RUN_PIPELINE)
+        if not Path(script).is_file():
+            pytest.fail(f"{RUN_PIPELINE_ENV} does not name NFD's run-pipeline.sh ({script})")
         self.script = Path(script)
         self.kube = kube
         self.sleep_interval = sleep_interval
