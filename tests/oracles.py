@@ -43,6 +43,8 @@ class Oracle:
     #: The package registry that ships it (CI requires it), or None: no registry does, and
     #: its suites skip unless ``env`` points at a build.
     registry: str | None = None
+    #: For a program no registry ships: the record CI replays in its place, if any.
+    replayed_from: str | None = None
 
 
 ORACLES: dict[str, Oracle] = {
@@ -62,10 +64,30 @@ ORACLES: dict[str, Oracle] = {
             registry="Debian non-free (read off its packages)",
         ),
         Oracle("mock-nvml", "NVIDIA_MOCK_NVML_DIR", "NVIDIA's mock NVML (k8s-test-infra)"),
-        Oracle("reference-gfd", "GFD_REFERENCE_BIN", "NVIDIA's gpu-feature-discovery"),
-        Oracle("kube", "KUBEBUILDER_ASSETS", "kube-apiserver, etcd, kube-controller-manager"),
-        Oracle("config-manager", "NVIDIA_CONFIG_MANAGER_BIN", "NVIDIA's config-manager"),
-        Oracle("nfd", "NFD_WORKER_BIN", "node-feature-discovery's worker and master"),
+        Oracle(
+            "reference-gfd",
+            "GFD_REFERENCE_BIN",
+            "NVIDIA's gpu-feature-discovery",
+            replayed_from="tests/records/reference-gfd/",
+        ),
+        Oracle(
+            "kube",
+            "KUBEBUILDER_ASSETS",
+            "kube-apiserver, etcd, kube-controller-manager",
+            replayed_from="tests/records/kube-apiserver/",
+        ),
+        Oracle(
+            "config-manager",
+            "NVIDIA_CONFIG_MANAGER_BIN",
+            "NVIDIA's config-manager",
+            replayed_from="tests/records/config-manager/",
+        ),
+        Oracle(
+            "nfd",
+            "NFD_WORKER_BIN",
+            "node-feature-discovery's worker and master",
+            replayed_from="tests/records/nfd/",
+        ),
     )
 }
 
@@ -107,7 +129,12 @@ def oracle_path(name: str) -> Path:
     if reason is not None:
         oracle = ORACLES[name]
         if oracle.registry is None:
-            reason = f"{reason}; no registry ships it, so CI replays its records"
+            instead = (
+                f"CI replays {oracle.replayed_from} instead"
+                if oracle.replayed_from
+                else "it does not run in CI"
+            )
+            reason = f"{reason}; no registry ships it: {instead}"
         message = f"oracle {name} ({oracle.what}) missing: {reason}"
         if must_fail_when_missing(name):
             pytest.fail(message, pytrace=False)
