@@ -13,15 +13,17 @@ Every wait is bounded and fails with the end of both NFD logs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
 
 from gfd.sinks.featurefile import EVENT_SPACING
+from tests.controlplane import ControlPlane
 from tests.oracles import PROJECT_ROOT, oracle_path
 from tests.realkube.cluster import GfdCluster
 
@@ -146,3 +148,17 @@ class NfdPipeline:
                 self.quiet()
                 path.unlink()
         self.wait_for({}, time.monotonic(), timeout=5.0)
+
+
+@contextlib.contextmanager
+def running_pipeline(
+    control_plane: ControlPlane, workdir: Path, *, sleep_interval: str
+) -> Iterator[NfdPipeline]:
+    """A started pipeline on a Node of its own of ``control_plane``, stopped on exit."""
+    kube = GfdCluster(control_plane, control_plane.workdir / "gfd")
+    pipeline = NfdPipeline(kube, workdir, sleep_interval=sleep_interval)
+    pipeline.start()
+    try:
+        yield pipeline
+    finally:
+        pipeline.stop()

@@ -20,8 +20,7 @@ import pytest
 from gfd.cli import main as gfd_main
 from gfd.sinks.featurefile import EXPIRY_DIRECTIVE
 from tests.controlplane import ControlPlane
-from tests.realkube.cluster import GfdCluster
-from tests.realkube.nfd_pipeline import NfdPipeline
+from tests.realkube.nfd_pipeline import NfdPipeline, running_pipeline
 from tests.reliability.agent_process import expected_labels
 
 pytestmark = [pytest.mark.oracle("kube"), pytest.mark.oracle("nfd")]
@@ -37,13 +36,9 @@ def short_pipeline(
     control_plane: ControlPlane,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[NfdPipeline]:
-    kube = GfdCluster(control_plane, control_plane.workdir / "gfd")
-    pipeline = NfdPipeline(
-        kube, tmp_path_factory.mktemp("nfd-expiry"), sleep_interval=f"{SLEEP_SECONDS:.0f}s"
-    )
-    pipeline.start()
-    yield pipeline
-    pipeline.stop()
+    workdir = tmp_path_factory.mktemp("nfd-expiry")
+    with running_pipeline(control_plane, workdir, sleep_interval=f"{SLEEP_SECONDS:.0f}s") as nfd:
+        yield nfd
 
 
 def test_a_stopped_agent_loses_its_labels_within_nfd_s_bound(short_pipeline: NfdPipeline) -> None:

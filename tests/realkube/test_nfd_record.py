@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.controlplane import ControlPlane
-from tests.realkube.cluster import GfdCluster
-from tests.realkube.nfd_pipeline import NfdPipeline
+from tests.realkube.nfd_pipeline import NfdPipeline, running_pipeline
 from tests.records.nfd_cases import CASES, RECORD, RERECORD, FeatureCase
 from tests.records.store import Record, load_record, recorded_case, today, write_record
 
@@ -33,13 +32,9 @@ _seen: dict[str, dict[str, object]] = {}
 def pipeline(
     control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[NfdPipeline]:
-    kube = GfdCluster(control_plane, control_plane.workdir / "gfd")
-    nfd = NfdPipeline(
-        kube, tmp_path_factory.mktemp("nfd-record"), sleep_interval=f"{INTERVAL_S:.0f}s"
-    )
-    nfd.start()
-    yield nfd
-    nfd.stop()
+    workdir = tmp_path_factory.mktemp("nfd-record")
+    with running_pipeline(control_plane, workdir, sleep_interval=f"{INTERVAL_S:.0f}s") as nfd:
+        yield nfd
     target = os.environ.get(RECORD_ENV)
     if target and len(_seen) == len(CASES):
         old = load_record(RECORD)
