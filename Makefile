@@ -27,7 +27,7 @@ demo: $(STAMP)
 	@$(BIN)/gfd --simulate dgx-h100 topo --log-level error
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check gfd tests bench
