@@ -21,7 +21,11 @@ Reproduced (documented API behaviour):
   name answers 409 AlreadyExists.
 * PATCH: JSON merge patch, strategic merge patch (built-in objects only; custom
   resources answer 415, as for CRDs) and JSON Patch (RFC 6902 with ``test``, RFC 6901
-  escaping, a remove of an absent path fails with 422). Other media types answer 415.
+  escaping, a remove of an absent path or a failed ``test`` fails the whole patch with
+  the server's generic 422; a ``test`` of ``null`` passes on a missing key, as
+  kube-apiserver's evanphx/json-patch does). A JSON Patch carries no
+  ``resourceVersion``: it applies to the object as it is, whatever its version. Other
+  media types answer 415.
 * Validation: label keys and values and annotation keys by apimachinery's rules and
   the 256 KiB annotation limit; any problem rejects the whole write with a 422
   ``Status`` whose ``details.causes`` name each field, and nothing is applied.
@@ -36,7 +40,7 @@ Reproduced (documented API behaviour):
   ``details.retryAfterSeconds``) with nothing applied; responses slower than the
   client's timeout (the change is still made); connections dropped halfway through
   the response body (the change is made). A hook can run "another writer" just
-  before a matching request, to stage races.
+  before a matching request (of one user, if asked), to stage races.
 * A request log (method, path, query, content type, status, timestamp, user,
   injected fault, parsed body) for assertions and request counting.
 

@@ -12,7 +12,11 @@ Owns the patch semantics of the emulator:
   with :class:`UnsupportedPatch` rather than misapplied.
 * JSON Patch (RFC 6902, pointers per RFC 6901) through the ``jsonpatch`` package:
   ``test`` is honoured, removing an absent path fails, and any failing operation
-  rejects the whole patch.
+  rejects the whole patch. One departure from the RFC, as kube-apiserver's library
+  (evanphx/json-patch v4, ``Patch.test``) has it: a ``test`` whose value is ``null``
+  passes when the key is missing from an object that exists (the library reads a
+  missing key as nil), so a client can make a write conditional on a key's absence;
+  it still fails when the parent is missing or the key holds a value.
 """
 
 from __future__ import annotations
@@ -108,9 +112,37 @@ def json_patch(target: Any, operations: Any) -> Any:
     for index, operation in enumerate(operations):
         if not isinstance(operation, dict) or "op" not in operation or "path" not in operation:
             raise MalformedPatch(f"operation {index} needs 'op' and 'path'")
+    document = copy.deepcopy(target)
     try:
-        return jsonpatch.JsonPatch(operations).apply(copy.deepcopy(target))
+        # One operation at a time: a null test is judged against the document as the
+        # operations before it left it, as the API server's library does.
+        for operation in operations:
+            if operation["op"] == "test" and "value" in operation and operation["value"] is None:
+                _test_null(document, operation["path"])
+                continue
+            document = jsonpatch.JsonPatch([operation]).apply(document, in_place=True)
     except jsonpatch.InvalidJsonPatch as exc:
         raise MalformedPatch(str(exc)) from exc
     except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
         raise PatchError(str(exc)) from exc
+    return document
+
+
+def _test_null(document: Any, path: Any) -> None:
+    """evanphx/json-patch's ``test`` with a null value: the parent must exist; the key
+    may be missing or hold null (an array index must exist)."""
+    if not isinstance(path, str):
+        raise MalformedPatch("a JSON Patch path must be a string")
+    pointer = jsonpointer.JsonPointer(path)
+    if not pointer.parts:
+        raise PatchError(f"testing value {path} failed: the document is not null")
+    parent = jsonpointer.JsonPointer.from_parts(pointer.parts[:-1]).resolve(document)
+    key = pointer.parts[-1]
+    if isinstance(parent, dict):
+        value = parent.get(key)
+    elif isinstance(parent, list):
+        value = pointer.walk(parent, key)
+    else:
+        raise PatchError(f"test operation does not apply: is missing path: {path}")
+    if value is not None:
+        raise PatchError(f"testing value {path} failed")

@@ -14,9 +14,10 @@ Re-record against a real kube-apiserver (1.36) prepared for gfd::
         --node NODE --namespace gpu-operator --version v1.36.0
 
 The cluster needs: gfd's RBAC from ``deploy/`` (its ServiceAccount's token as
-``--gfd-token``), NFD's NodeFeature CRD, the Node ``NODE`` and no NodeFeature
-``nvidia-features-for-NODE``, and a second identity that may only ``get`` nodes
-(``--reader-token``), for the denials. The admission policies of ``deploy/`` must not
+``--gfd-token``), NFD's NodeFeature CRD, the Node ``NODE`` (without gfd's labels and
+annotations, NFD's ``nfd.node.kubernetes.io/feature-labels`` and the label
+``example.com/other-writer``) and no NodeFeature ``nvidia-features-for-NODE``, and a second
+identity that may only ``get`` nodes (``--reader-token``), for the denials. The admission policies of ``deploy/`` must not
 be installed for this run: the script probes the API server's own answers, and the
 emulator models no admission (``tests/deploy/admission_model.py`` judges the policies).
 
@@ -51,6 +52,11 @@ GROUP = "nfd.k8s-sigs.io"
 FEATURES = f"/apis/{GROUP}/v1alpha1/namespaces/{{namespace}}/nodefeatures"
 FEATURE = FEATURES + "/{nodefeature}"
 NODE = "/api/v1/nodes/{node}"
+#: RFC 6901 pointers of the node sink's guarded JSON Patches (``/`` in a key is ``~1``).
+OWNERSHIP = "/metadata/annotations/nvidia.com~1gfd.labels"
+NFD_OWNERSHIP = "/metadata/annotations/nfd.node.kubernetes.io~1feature-labels"
+GPU_COUNT = "/metadata/labels/nvidia.com~1gpu.count"
+GPU_PRODUCT = "/metadata/labels/nvidia.com~1gpu.product"
 
 
 @dataclass(frozen=True)
@@ -262,6 +268,121 @@ SCRIPT: tuple[Step, ...] = (
         identity="reader",
     ),
     Step("unauthenticated", "an unknown bearer token", "GET", NODE, identity="nobody"),
+    # The node sink's guarded JSON Patches (issue 25): once a write has lost a race it is
+    # conditional on exactly the keys it depends on, not on the node's resourceVersion.
+    Step(
+        "merge-patch-annotation",
+        "the node sink's annotation write (the topology), a merge patch",
+        "PATCH",
+        NODE,
+        {"metadata": {"annotations": {"nvidia.com/gpu.topology": "{}"}}},
+        MERGE,
+    ),
+    Step(
+        "json-patch-null-test-on-absent-key",
+        "a guarded first write: a null test on the missing ownership annotation passes",
+        "PATCH",
+        NODE,
+        [
+            {"op": "test", "path": OWNERSHIP, "value": None},
+            {"op": "test", "path": NFD_OWNERSHIP, "value": None},
+            {"op": "add", "path": GPU_COUNT, "value": "8"},
+            {
+                "op": "add",
+                "path": OWNERSHIP,
+                "value": "nvidia.com/gpu.count,nvidia.com/gpu.product",
+            },
+        ],
+        JSON_PATCH,
+    ),
+    Step(
+        "json-patch-null-test-on-present-key",
+        "the same write again: the annotation now exists, so the null test fails: 422",
+        "PATCH",
+        NODE,
+        [
+            {"op": "test", "path": OWNERSHIP, "value": None},
+            {"op": "add", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
+        ],
+        JSON_PATCH,
+    ),
+    Step(
+        "json-patch-guarded-removal",
+        "a removal and ownership rewrite guarded by the values it depends on",
+        "PATCH",
+        NODE,
+        [
+            {
+                "op": "test",
+                "path": OWNERSHIP,
+                "value": "nvidia.com/gpu.count,nvidia.com/gpu.product",
+            },
+            {"op": "test", "path": NFD_OWNERSHIP, "value": None},
+            {"op": "test", "path": GPU_PRODUCT, "value": "NVIDIA-H100-80GB-HBM3"},
+            {"op": "remove", "path": GPU_PRODUCT},
+            {"op": "add", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
+        ],
+        JSON_PATCH,
+    ),
+    Step(
+        "merge-patch-other-writer",
+        "another writer's merge patch of its own label",
+        "PATCH",
+        NODE,
+        {"metadata": {"labels": {"example.com/other-writer": "1"}}},
+        MERGE,
+    ),
+    Step(
+        "json-patch-guarded-after-unrelated-change",
+        "a guarded removal after an unrelated change (no resourceVersion in it): applies",
+        "PATCH",
+        NODE,
+        [
+            {"op": "test", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
+            {"op": "test", "path": NFD_OWNERSHIP, "value": None},
+            {"op": "test", "path": GPU_COUNT, "value": "8"},
+            {"op": "remove", "path": GPU_COUNT},
+            {"op": "remove", "path": OWNERSHIP},
+        ],
+        JSON_PATCH,
+    ),
+    Step(
+        "json-patch-guarded-removal-stale",
+        "the same removal again, from a read that is now stale: 422, nothing applied",
+        "PATCH",
+        NODE,
+        [
+            {"op": "test", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
+            {"op": "test", "path": NFD_OWNERSHIP, "value": None},
+            {"op": "test", "path": GPU_COUNT, "value": "8"},
+            {"op": "remove", "path": GPU_COUNT},
+            {"op": "remove", "path": OWNERSHIP},
+        ],
+        JSON_PATCH,
+    ),
+    Step(
+        "json-patch-null-test-on-present-map",
+        "a guard that the labels map is absent, on a node that has labels: 422",
+        "PATCH",
+        NODE,
+        [
+            {"op": "test", "path": "/metadata/labels", "value": None},
+            {"op": "add", "path": "/metadata/labels", "value": {"nvidia.com/gpu.count": "8"}},
+        ],
+        JSON_PATCH,
+    ),
+    Step(
+        "json-patch-invalid-label",
+        "a guarded write whose label value the server refuses: 422 Invalid with causes",
+        "PATCH",
+        NODE,
+        [
+            {"op": "test", "path": OWNERSHIP, "value": None},
+            {"op": "add", "path": GPU_PRODUCT, "value": "not valid!"},
+        ],
+        JSON_PATCH,
+        message_prefix=True,
+    ),
 )
 
 

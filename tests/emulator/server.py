@@ -185,6 +185,7 @@ class _Hook:
     method: str | None
     path_contains: str | None
     times: int | None
+    user: str | None = None
     fired: int = 0
 
 
@@ -526,10 +527,13 @@ class ApiServerEmulator:
         method: str | None = None,
         path_contains: str | None = None,
         times: int | None = 1,
+        user: str | None = None,
     ) -> None:
-        """Run ``action`` just before handling matching requests (a racing writer)."""
+        """Run ``action`` just before handling matching requests (a racing writer);
+        ``user`` limits it to the requests of the principal of that name (gfd's, say,
+        while other writers use the same server)."""
         with self._lock:
-            self._hooks.append(_Hook(action, method, path_contains, times))
+            self._hooks.append(_Hook(action, method, path_contains, times, user))
 
     # ------------------------------------------------------------------------ log
 
@@ -570,7 +574,7 @@ class ApiServerEmulator:
         fault_name: str | None = None
         body: Any = None
         try:
-            self._run_hooks(method, path)
+            self._run_hooks(method, path, headers)
             fault = self._take_fault(method, path)
             if fault is not None:
                 fault_name = self._describe(fault)
@@ -614,14 +618,16 @@ class ApiServerEmulator:
             )
         return reply
 
-    def _run_hooks(self, method: str, path: str) -> None:
+    def _run_hooks(self, method: str, path: str, headers: Mapping[str, str]) -> None:
         with self._lock:
+            user = self._user_of(headers)
             due = [
                 hook
                 for hook in self._hooks
                 if (hook.times is None or hook.fired < hook.times)
                 and (hook.method is None or hook.method == method)
                 and (hook.path_contains is None or hook.path_contains in path)
+                and (hook.user is None or hook.user == user)
             ]
             for hook in due:
                 hook.fired += 1
@@ -658,11 +664,18 @@ class ApiServerEmulator:
             return error
         return _ApiError(status, reason, f"emulated fault: HTTP {status}")
 
-    def _authenticate(self, headers: Mapping[str, str]) -> Principal:
+    def _principal_of(self, headers: Mapping[str, str]) -> Principal | None:
         authorization = headers.get("Authorization") or headers.get("authorization") or ""
         scheme, _, token = authorization.partition(" ")
         with self._lock:
-            principal = self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+            return self._tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+
+    def _user_of(self, headers: Mapping[str, str]) -> str | None:
+        principal = self._principal_of(headers)
+        return principal.user if principal is not None else None
+
+    def _authenticate(self, headers: Mapping[str, str]) -> Principal:
+        principal = self._principal_of(headers)
         if principal is None:
             raise _ApiError(401, "Unauthorized", "Unauthorized")
         return principal
