@@ -74,18 +74,27 @@ class RetryPolicy:
     ``min(max_delay, initial_delay * 2**n)``, or the server's ``Retry-After`` when it
     sent one (never more than ``max_retry_after``). No retry starts whose wait would
     end past the operation's deadline (``deadline`` seconds after it began).
+
+    A write that lost a race (409, or a failed JSON Patch ``test``) is tried again by the
+    sink after a random time between 0 and ``min(conflict_max_delay,
+    conflict_initial_delay * 2**(n-1))`` (full jitter: two writers that collided do not
+    retry in lockstep), until the same deadline; see :meth:`KubeClient.conflict_delay`.
     """
 
     initial_delay: float = 0.5
     max_delay: float = 30.0
     deadline: float = 120.0
     max_retry_after: float = 60.0
+    conflict_initial_delay: float = 0.05
+    conflict_max_delay: float = 2.0
 
     def __post_init__(self) -> None:
         if not 0 < self.initial_delay <= self.max_delay:
             raise ValueError("RetryPolicy needs 0 < initial_delay <= max_delay")
         if self.deadline <= 0 or self.max_retry_after <= 0:
             raise ValueError("RetryPolicy needs a positive deadline and max_retry_after")
+        if not 0 < self.conflict_initial_delay <= self.conflict_max_delay:
+            raise ValueError("RetryPolicy needs 0 < conflict_initial_delay <= conflict_max_delay")
 
 
 class _RequestFailure(Exception):
@@ -314,6 +323,13 @@ class KubeClient:
     def deadline(self) -> float:
         """The clock value by which an operation started now must give up."""
         return self.clock() + self.retry_policy.deadline
+
+    def conflict_delay(self, conflicts: int) -> float:
+        """How long to wait before the ``conflicts``-th retry of a write that lost a race."""
+        policy = self.retry_policy
+        exponent = min(max(conflicts - 1, 0), 30)  # 2**30 is far past any cap
+        ceiling = min(policy.conflict_max_delay, policy.conflict_initial_delay * 2**exponent)
+        return self._rng.uniform(0.0, ceiling)
 
     def request(
         self,

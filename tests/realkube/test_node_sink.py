@@ -138,9 +138,11 @@ def test_two_agents_racing_on_one_node_converge(
 ) -> None:
     """An old and a new gfd pod on one node (a rolling update), each sure of its own
     hardware view, and a third writer changing foreign labels all the while: every
-    write that removes a key carries a precondition, so the real server's 409s (its
-    cached reads are stale after each write) are resolved, nothing fails, and the node
-    ends as the last publication says."""
+    write that removes a key carries a precondition (the read resourceVersion, then,
+    after a 409, JSON Patch tests of the keys it depends on, whose failures answer 422),
+    so the real server's conflicts (its cached reads are stale after each write, and the
+    two agents rewrite each other's keys) are resolved, nothing fails, and the node ends
+    as the last publication says."""
     node = kube.node(
         labels={"nvidia.com/gpu.stale-key": "1"},
         annotations={OWNERSHIP_ANNOTATION: "nvidia.com/gpu.stale-key"},
@@ -188,7 +190,56 @@ def test_two_agents_racing_on_one_node_converge(
     assert labels["example.com/round"] == "11"
     assert kube.annotations(node)[OWNERSHIP_ANNOTATION] == ",".join(sorted(h200_labels))
     statuses = [code for _, code in node_requests(kube, mark, node)]
-    assert set(statuses) <= {200, 409}, statuses
+    assert set(statuses) <= {200, 409, 422}, statuses
+
+
+def test_a_writer_as_fast_as_it_can_never_fails_gfd(
+    kube: GfdCluster, h100_labels: dict[str, str]
+) -> None:
+    """Issue 25 on the real server: eight publications by fresh sinks (as one-shot runs
+    are), alternating two machines so that every second one removes labels, while
+    another writer patches an unrelated label as fast as it can. Every publication
+    succeeds; the node ends with exactly the second machine's labels and the writer's
+    last value. A first attempt that carries the read resourceVersion may answer 409; the
+    guarded retry after it is not disturbed by the writer."""
+    fewer = expected_labels("t4-single")
+    assert set(fewer) < set(h100_labels)
+    node = kube.node()
+    done = threading.Event()
+    last = {"value": 0}
+
+    def bystander() -> None:
+        n = 0
+        while not done.is_set():
+            n += 1
+            kube.admin.request(
+                "PATCH",
+                f"/api/v1/nodes/{node}",
+                {"metadata": {"labels": {"example.com/busy": str(n)}}},
+                content_type="application/merge-patch+json",
+            )
+            last["value"] = n
+
+    writer = threading.Thread(target=bystander, daemon=True)
+    mark = kube.plane.audit.mark()
+    writer.start()
+    try:
+        for run in range(8):
+            with contextlib.closing(kube.client(kube.gfd_pod(node).kubeconfig)) as own:
+                assert sink_for(own, node).publish(
+                    Publication(h100_labels if run % 2 == 0 else fewer)
+                )
+    finally:
+        done.set()
+        writer.join(timeout=60)
+    labels = kube.labels(node)
+    assert {k for k in labels if k.startswith("nvidia.com/")} == set(fewer)
+    assert {k: labels[k] for k in fewer} == fewer
+    assert labels["example.com/busy"] == str(last["value"])
+    assert kube.annotations(node)[OWNERSHIP_ANNOTATION] == ",".join(sorted(fewer))
+    statuses = [code for verb, code in node_requests(kube, mark, node) if verb == "patch"]
+    assert set(statuses) <= {200, 409, 422}, statuses
+    print(f"\nreal server, busy node: gfd's patches answered {sorted(statuses)}")
 
 
 def test_a_label_set_by_hand_is_adopted_changed_and_removed(
