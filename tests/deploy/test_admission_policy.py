@@ -885,7 +885,11 @@ def replay_writes(emulator: Any, snapshots: list[dict[str, Any] | None]) -> list
     for request, old in zip(writes, snapshots, strict=True):
         if request.status >= 300:
             continue
-        if request.method == "PATCH":
+        if request.method == "PATCH" and request.content_type.startswith(
+            "application/json-patch+json"
+        ):
+            new = patching.json_patch(copy.deepcopy(old), request.body)
+        elif request.method == "PATCH":
             assert request.content_type.startswith("application/merge-patch+json")
             new = patching.merge_patch(copy.deepcopy(old), request.body)
         else:
@@ -937,6 +941,58 @@ def test_node_sink_traffic_passes_the_policy(
     # What the replay rebuilt is what the emulator stored.
     final = emulator.get("nodes", "gpu-1")
     assert pairs[-1][1][1]["metadata"]["labels"] == final["metadata"]["labels"]
+
+
+def test_guarded_json_patches_of_a_busy_node_pass_the_policy(
+    emulator: Any, node_policy: CelPolicy, tmp_path: Path
+) -> None:
+    """After a 409 the sink re-plans as a JSON Patch guarded by ``test`` operations: the
+    policy judges the object it makes, whatever the patch type, and lets it through."""
+    server = pytest.importorskip("tests.emulator.server")
+    from gfd.sinks import Publication
+    from gfd.sinks.kube import connect_kubernetes
+    from gfd.sinks.node import NodeSink
+
+    server.seed_gfd_cluster(
+        emulator,
+        node_name="gpu-1",
+        namespace=NAMESPACE,
+        token="gfd-token",
+        node_labels={"kubernetes.io/hostname": "gpu-1"},
+    )
+    snapshots: list[dict[str, Any] | None] = []
+    writes = {"n": 0}
+
+    def another_writer_first(api: Any) -> None:
+        # Each of gfd's merge patches meets a node changed since gfd read it (an unrelated
+        # label), so the precondition fails and the sink falls back to its guarded patch.
+        writes["n"] += 1
+        api.change_node_metadata("gpu-1", labels={"example.com/other": str(writes["n"])})
+
+    emulator.before(another_writer_first, method="PATCH", times=None)
+    emulator.before(lambda e: snapshots.append(e.get("nodes", "gpu-1")), method="PATCH", times=None)
+    kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig", "gfd-token")
+    client = connect_kubernetes(kubeconfig=str(kubeconfig))
+    sink = NodeSink(client=client, node_name="gpu-1", stop=threading.Event())
+    try:
+        sink.publish(
+            Publication(labels={"nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper"})
+        )
+        sink.publish(Publication(labels={"nvidia.com/gpu.count": "4"}))
+    finally:
+        client.close()
+    kinds = [r.content_type.split(";")[0] for r in emulator.requests if r.is_write]
+    assert "application/json-patch+json" in kinds, kinds
+    pairs = replay_writes(emulator, snapshots)
+    assert any(r.content_type.startswith("application/json-patch+json") for r, _ in pairs)
+    for recorded, (old, new) in pairs:
+        request = update(old, new, claim="gpu-1", user=recorded.user)
+        assert both(node_policy, request) == Verdict(True), recorded.body
+        stolen = update(old, new, claim="gpu-2", user=recorded.user)
+        assert both(node_policy, stolen).denials == (NODE_OWN,)
+    final = emulator.get("nodes", "gpu-1")["metadata"]["labels"]
+    assert final["nvidia.com/gpu.count"] == "4" and "nvidia.com/gpu.family" not in final
+    assert final["example.com/other"] == str(writes["n"])
 
 
 def test_nodefeature_sink_traffic_passes_the_policy(
