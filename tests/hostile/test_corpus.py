@@ -25,8 +25,6 @@ from typing import Any
 import pytest
 
 from gfd.cli import main as gfd_main
-from gfd.sinks import Publication
-from gfd.sinks.featurefile import FeatureFileSink
 from tests.emulator import ApiServerEmulator, Fault
 from tests.hostile.cases import (
     ALL,
@@ -40,7 +38,13 @@ from tests.hostile.cases import (
     Symlink,
 )
 from tests.kube_fixtures import NODE
-from tests.reliability.agent_process import ROOT, environment, file_state, gfd_command
+from tests.reliability.agent_process import (
+    ROOT,
+    environment,
+    file_state,
+    gfd_command,
+    write_previous_file,
+)
 
 #: Labels of a previous good run; any publication by a hostile case would change them.
 GOOD_LABELS = {"nvidia.com/gpu.product": "GOOD-PREVIOUS-RUN", "nvidia.com/gpu.count": "3"}
@@ -95,7 +99,7 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     features = tmp_path / "features.d"
     features.mkdir()
     good = features / "gfd"
-    FeatureFileSink(good).publish(Publication(GOOD_LABELS))
+    write_previous_file(good, GOOD_LABELS)
     emulator = None
     kubeconfig = str(tmp_path / "unused-kubeconfig")
     if case.family == "node":

@@ -20,13 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gfd.cli import main as gfd_main
-from gfd.sinks import Publication
-from gfd.sinks.featurefile import FeatureFileSink
-from tests.reliability.agent_process import file_state
+from tests.reliability.agent_process import file_state, write_previous_file
 
-# Each example runs gfd whole (up to about a second for a bomb); 20 per run keeps the two
-# tests near 45 s on 2 cores, and every run draws new documents (docs/testing.md, "Time").
-EXAMPLES = int(os.environ.get("HOSTILE_FUZZ_EXAMPLES", "20"))
+# Each example runs gfd whole in this process (tens of milliseconds); every run draws new
+# documents.
+EXAMPLES = int(os.environ.get("HOSTILE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -98,7 +96,7 @@ def scene(content: str) -> Iterator[tuple[Path, Path]]:
         root = Path(directory)
         (root / "features.d").mkdir()
         good = root / "features.d" / "gfd"
-        FeatureFileSink(good).publish(Publication({"nvidia.com/gpu.product": "GOOD"}))
+        write_previous_file(good, {"nvidia.com/gpu.product": "GOOD"})
         document = root / "input.yaml"
         document.write_text(content, encoding="utf-8")
         yield document, good

@@ -255,3 +255,19 @@ def file_state(path: Path) -> tuple[bytes, int, int]:
     """Bytes, inode and mtime of a file: equal states mean it was neither rewritten nor replaced."""
     stat = path.stat()
     return path.read_bytes(), stat.st_ino, stat.st_mtime_ns
+
+
+def write_previous_file(path: Path, labels: Mapping[str, str]) -> tuple[bytes, int, int]:
+    """The feature file a previous run left, written at once, and its :func:`file_state`.
+
+    No NFD worker watches a test's directory, so this write need not wait out NFD's event
+    window; and the directory's mtime is set a minute back, so the run under test does not
+    wait for it either (gfd spaces its renames from the directory's last change).
+    """
+    from gfd.sinks import Publication
+    from gfd.sinks.featurefile import FeatureFileSink
+
+    FeatureFileSink(path, event_spacing=0).publish(Publication(dict(labels)))
+    long_ago = time.time() - 60
+    os.utime(path.parent, (long_ago, long_ago))
+    return file_state(path)

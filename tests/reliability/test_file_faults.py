@@ -32,6 +32,7 @@ from tests.reliability.agent_process import (
     file_state,
     parse_label_lines,
     run_gfd,
+    write_previous_file,
 )
 
 #: Two machines with different labels: the file on disk says one, the agent wants the other.
@@ -81,8 +82,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Tmpfs]:
 
 
 def _publish_old(path: Path) -> tuple[bytes, int, int]:
-    FeatureFileSink(path).publish(Publication(expected_labels(OLD_PROFILE)))
-    return file_state(path)
+    return write_previous_file(path, expected_labels(OLD_PROFILE))
 
 
 def _leftovers(directory: Path, keep: str) -> list[str]:

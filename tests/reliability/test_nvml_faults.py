@@ -33,6 +33,7 @@ from tests.reliability.agent_process import (
     file_state,
     parse_label_lines,
     run_gfd,
+    write_previous_file,
     write_profile,
 )
 from tests.reliability.conftest import FOREIGN_LABELS, NODE
@@ -198,8 +199,7 @@ def test_gpu_lost_mid_read_keeps_the_last_labels_everywhere(
 def test_unknown_error_after_a_restart_keeps_the_previous_file(tmp_path: Path) -> None:
     output = tmp_path / "gfd"
     good = expected_labels("dgx-h100")
-    FeatureFileSink(output).publish(Publication(good))
-    before = file_state(output)
+    before = write_previous_file(output, good)
     profile = write_profile(
         tmp_path,
         {"errors": [{"call": "nvmlDeviceGetMemoryInfo", "error": "UNKNOWN", "gpu": 5, "times": 2}]},
@@ -321,8 +321,7 @@ def _errors(telemetry: AgentTelemetry, kind: str) -> float:
 @pytest.mark.parametrize("call", sorted(READER_CALLS))
 def test_unknown_on_any_call_keeps_the_last_labels_and_recovers(call: str, tmp_path: Path) -> None:
     output = tmp_path / "gfd"
-    FeatureFileSink(output).publish(_good_publication())
-    before = file_state(output)
+    before = write_previous_file(output, _good_publication().labels)
     faults = Faults(errors=(CallError(call=call, code=UNKNOWN, times=1),))
     with simulate(dataclasses.replace(_dgx_h100(), faults=faults)) as machine:
         agent, telemetry, log = _agent(machine, output)
@@ -356,8 +355,7 @@ def test_not_supported_on_one_optional_call_never_changes_a_label(call: str) -> 
 @pytest.mark.parametrize("gpu", [0, 7])
 def test_a_gpu_lost_on_any_index_fails_the_cycle_not_the_agent(gpu: int, tmp_path: Path) -> None:
     output = tmp_path / "gfd"
-    FeatureFileSink(output).publish(_good_publication())
-    before = file_state(output)
+    before = write_previous_file(output, _good_publication().labels)
     faults = Faults(gpu_lost=(GpuLost(gpu=gpu, after_calls=3),))
     with simulate(dataclasses.replace(_dgx_h100(), faults=faults)) as machine:
         agent, telemetry, _ = _agent(machine, output)
