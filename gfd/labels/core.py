@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from gfd.config import Sharing
 from gfd.facts import Gpu, NodeFacts
+from gfd.labels.families import GFD_NAMESPACE as PREFIX
 from gfd.labels.rules import sanitise_value
 from gfd.labels.sharing import (
     FULL_GPU_RESOURCE,
@@ -20,7 +21,6 @@ from gfd.labels.sharing import (
     replication_for,
 )
 
-PREFIX = "nvidia.com/"
 #: Also the node annotation's key when the node sink carries the timestamp there.
 TIMESTAMP_KEY = f"{PREFIX}gfd.timestamp"
 MIB = 1 << 20

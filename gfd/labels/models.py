@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from gfd.facts import NodeFacts
 from gfd.labels.core import models_by_count
+from gfd.labels.families import GFD_NAMESPACE
 from gfd.labels.rules import MAX_NAME_LENGTH, product_value
 
 HETEROGENEOUS_KEY = "nvidia.com/gpu.heterogeneous"
-MODEL_COUNT_PREFIX = "nvidia.com/gpu.count."
+MODEL_COUNT_PREFIX = f"{GFD_NAMESPACE}gpu.count."
 MODEL_COUNT_NAME_ROOM = MAX_NAME_LENGTH - len(MODEL_COUNT_PREFIX.partition("/")[2])
 
 

@@ -8,9 +8,9 @@ in ``docs/topology.md``). It is a pure function of a built
 
 from __future__ import annotations
 
+from gfd.labels.families import GFD_NAMESPACE
 from gfd.topology import Topology
 
-PREFIX = "nvidia.com/"
 #: Label value for a PCIe level NVML did not report (``N/A`` in the matrix).
 UNKNOWN_LEVEL = "unknown"
 #: ``gpu.pcie.worst`` when every GPU pair is connected by NVLink.
@@ -35,7 +35,7 @@ def topology_labels(topology: Topology) -> dict[str, str]:
     if summary.numa_nodes:
         labels["gpu.numa-nodes"] = str(len(summary.numa_nodes))
         labels["gpu.numa.max-gpus"] = str(max(count for _, count in summary.gpus_per_numa_node))
-    return {PREFIX + key: value for key, value in sorted(labels.items())}
+    return {GFD_NAMESPACE + key: value for key, value in sorted(labels.items())}
 
 
 def _level_value(level: str | None) -> str:
