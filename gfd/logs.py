@@ -100,11 +100,6 @@ def configure_logging(
     _CONFIGURATION.generation += 1
 
 
-def logging_level() -> str:
-    """The level name :func:`configure_logging` last set."""
-    return _CONFIGURATION.level_name
-
-
 class _LineLogger:
     """Writes each rendered event as one line to ``stream``, or to ``sys.stderr`` as it is *now*.
 
