@@ -40,7 +40,6 @@ class _Configuration:
 
     def __init__(self) -> None:
         self.level = _LEVELS["info"]
-        self.level_name = "info"
         self.stream: TextIO | None = None
         self.json: bool | None = None
         #: Bumped on each configure_logging; a logger re-binds when it has an older one.
@@ -93,7 +92,6 @@ def configure_logging(
     Cheap: structlog is configured when the next event that passes ``level`` is emitted.
     """
     _CONFIGURATION.level = _LEVELS[level]
-    _CONFIGURATION.level_name = level
     _CONFIGURATION.stream = stream
     _CONFIGURATION.json = json
     _CONFIGURATION._as_json = None
