@@ -55,8 +55,10 @@ bootstrap_base() {
     trap 'rm -rf "$rootfs"' RETURN
     echo "build-image: making $base from Debian $suite packages ($mirror)"
     debootstrap --variant=minbase "$suite" "$rootfs" "$mirror" >/dev/null
-    # apt inside the image must not keep the build host's package lists.
-    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin
+    # apt inside the image must not keep the build host's package lists, nor the
+    # packages debootstrap downloaded (115 MB that every layer above would carry).
+    rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin \
+        "$rootfs"/var/cache/apt/archives/*.deb
     # The tag names a point release (debian:12.15-slim): refuse to put that name on
     # another one, which is what the mirror serves once Debian has moved on.
     local wanted got

@@ -65,24 +65,30 @@ def test_no_syntax_directive() -> None:
     assert not first.lower().replace(" ", "").startswith("#syntax=")
 
 
-def test_two_stages_and_the_final_one_has_no_build_tools() -> None:
-    build, final = stages()
+def test_build_rootfs_and_a_final_stage_without_build_tools() -> None:
+    build, rootfs, final = stages()
     assert build[0].endswith(" AS build")
+    assert rootfs[0].endswith(" AS rootfs")
     assert any("pip wheel" in step for step in build)
-    final_text = "\n".join(final)
     for tool in ("gcc", "python3-dev", "python3-venv", "libc6-dev", "pip install", "pip wheel"):
-        assert tool not in final_text, tool
-    assert "COPY --from=build /opt/gfd /opt/gfd" in final
+        assert tool not in "\n".join(rootfs + final), tool
+    # The final image is rootfs (the base, python3, no apt) and /opt/gfd, nothing else.
+    assert final[0] == "FROM scratch"
+    assert [step for step in final if step.startswith(("COPY", "RUN", "ADD"))] == [
+        "COPY --from=rootfs / /",
+        "COPY --from=build /opt/gfd /opt/gfd",
+    ]
+    assert any("dpkg --purge" in step and " apt " in step for step in rootfs)
     # The environment that is copied never had pip or setuptools in it.
     assert any("python3 -m venv --without-pip /opt/gfd" in step for step in build)
 
 
 def test_runtime_identity() -> None:
-    final = stages()[-1]
+    rootfs, final = stages()[-2:]
     assert final[-2:] == ["USER 65532:65532", 'ENTRYPOINT ["gfd"]']
     assert any(
         "ln -s /opt/gfd/bin/gpu-feature-discovery /usr/bin/gpu-feature-discovery" in step
-        for step in final
+        for step in rootfs
     )
     env = " ".join(step for step in final if step.startswith("ENV "))
     assert "NVIDIA_DRIVER_CAPABILITIES=utility" in env
