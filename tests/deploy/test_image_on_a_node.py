@@ -1,0 +1,135 @@
+"""The image run as a GPU node runs it, on a simulated DGX H100.
+
+Everything a node gives the container is given here the same way, at the same paths:
+
+- NVML: the simulator's ``libnvidia-ml.so.1`` bind-mounted where the NVIDIA container
+  toolkit mounts the driver's (the path ``test_image_real_nvml.py`` uses), its machine
+  file named by ``GFD_SIM_CONFIG``;
+- the host's sysfs, read-only at ``/sys`` as ``deploy/base`` mounts it: here the simulated
+  machine's tree, which also holds the DMI file (``/sys/class/dmi/id/product_name``);
+- the feature file into a hostPath-like bind mount of ``features.d``, as the
+  ``feature-file`` component mounts it and runs the container (uid 0, no capabilities);
+- the node sink (``--patch-node``) through an in-cluster token: token, ``ca.crt`` and
+  ``namespace`` at the ServiceAccount path, ``KUBERNETES_SERVICE_HOST``/``_PORT`` naming
+  the API emulator, served over HTTPS on loopback with a certificate made for the test;
+- read-only root, ``/tmp`` in memory, all capabilities dropped, no privilege escalation,
+  host network only for loopback.
+
+The labels that arrive in the feature file and on the emulator's Node must be the ones
+gfd computes on this host for the same machine. The GPU Operator's driver-root layout
+is not run: gfd has no driver-root lookup of its own (docs/container.md), it loads
+``libnvidia-ml.so.1`` through the dynamic linker as the toolkit injects it.
+Skipped, with the reason, where no engine or no built image is available.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gfd.sim import CONFIG_ENV, library_path, prepare_machine
+from tests.deploy.test_image import IMAGE, client  # noqa: F401 (the fixture)
+from tests.deploy.test_image_real_nvml import FEATURES_DIR, TOOLKIT_NVML
+from tests.emulator import ApiServerEmulator, seed_gfd_cluster
+from tests.kube.test_kube_client import self_signed_certificate
+from tests.reliability.agent_process import expected_labels, parse_label_lines
+
+pytestmark = pytest.mark.slow
+
+PROFILE = "dgx-h100"
+NODE = "gpu-node-1"
+NAMESPACE = "gfd"
+TOKEN = "gfd-in-cluster-token"
+#: Where the kubelet projects the ServiceAccount token, CA and namespace.
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: Where the container reads the simulator's machine file (any path outside /sys works).
+MACHINE_FILE = "/run/gfd-sim/machine.conf"
+
+
+@pytest.fixture(scope="module")
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "ca.crt", directory / "tls.key"
+    self_signed_certificate(cert, key, "emulator", "subjectAltName=IP:127.0.0.1")
+    return cert, key
+
+
+def service_account(directory: Path, ca: Path) -> Path:
+    """The projected volume's three files, readable by any uid as the kubelet's are."""
+    directory.mkdir()
+    (directory / "token").write_text(TOKEN)
+    (directory / "namespace").write_text(NAMESPACE)
+    shutil.copyfile(ca, directory / "ca.crt")
+    for path in (directory, *directory.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return directory
+
+
+def features_directory(directory: Path) -> Path:
+    """features.d as the kubelet creates a DirectoryOrCreate hostPath: root's, mode 0755.
+
+    The feature-file component runs gfd as uid 0 without CAP_DAC_OVERRIDE, so it writes
+    there only because root owns the directory; where this test runs as another user the
+    directory is opened to all instead (what it shows about the sink is the same).
+    """
+    directory.mkdir()
+    directory.chmod(0o755 if os.geteuid() == 0 else 0o777)
+    return directory
+
+
+def test_simulated_dgx_h100_labels_reach_the_feature_file_and_the_node(
+    client: str,  # noqa: F811
+    tls_pair: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    machine = prepare_machine(PROFILE, tmp_path / "machine")
+    features = features_directory(tmp_path / "features.d")
+    secrets = service_account(tmp_path / "serviceaccount", tls_pair[0])
+    expected = expected_labels(PROFILE)
+    with ApiServerEmulator(tls_cert=tls_pair[0], tls_key=tls_pair[1]) as api:
+        seed_gfd_cluster(api, node_name=NODE, namespace=NAMESPACE, token=TOKEN)
+        command = [
+            client, "run", "--rm", "--read-only", "--tmpfs", "/tmp:rw,size=8m",
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            "--network", "host", "--user", "0:0",
+            "-v", f"{library_path()}:{TOOLKIT_NVML}:ro",
+            "-v", f"{machine.config_path}:{MACHINE_FILE}:ro",
+            "-v", f"{machine.sysfs_root}:/sys:ro",
+            "-v", f"{features}:{FEATURES_DIR}",
+            "-v", f"{secrets}:{SERVICE_ACCOUNT}:ro",
+            "-e", f"{CONFIG_ENV}={MACHINE_FILE}",
+            "-e", "KUBERNETES_SERVICE_HOST=127.0.0.1",
+            "-e", f"KUBERNETES_SERVICE_PORT={api.port}",
+            "-e", f"NODE_NAME={NODE}",
+            "-e", "POD_NAME=gfd-abcde",
+            "-e", f"NAMESPACE={NAMESPACE}",
+            IMAGE, "--oneshot", "--no-timestamp", "--patch-node",
+            "--output-file", f"{FEATURES_DIR}/gfd",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        node = api.node(NODE)
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    written = parse_label_lines((features / "gfd").read_text(encoding="utf-8"))
+    assert written == expected
+    on_node = {
+        key: value
+        for key, value in node["metadata"].get("labels", {}).items()
+        if key.startswith("nvidia.com/")
+    }
+    assert on_node == expected
+    # Through the mounted token (the emulator knows no other), over TLS, all answered.
+    writes = [r for r in requests if r.method == "PATCH" and r.path == f"/api/v1/nodes/{NODE}"]
+    assert writes, [(r.method, r.path, r.status) for r in requests]
+    assert {r.user for r in requests} == {f"system:serviceaccount:{NAMESPACE}:gfd"}
+    assert all(r.status < 400 for r in requests), [(r.method, r.path, r.status) for r in requests]
+    assert expected["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert expected["nvidia.com/gpu.count"] == "8"
+    assert expected["nvidia.com/gpu.machine"] == "DGXH100"
