@@ -14,15 +14,18 @@ counted, and the loop retries with backoff like after any failure.
 The loop sleeps ``sleep_interval`` with a small jitter between cycles (the first
 sleep spread over a whole interval, so a fleet started together falls out of step:
 :class:`Pacer`), retries a failed cycle sooner with exponential backoff, and wakes at
-once for a stop (SIGTERM/SIGINT) or a reload (SIGHUP) request.
+once for a stop (SIGTERM/SIGINT) or a reload (SIGHUP) request. A stop that comes while a
+cycle reads the facts or computes the labels ends that cycle at once
+(:meth:`LoopControl.interruptible`): nothing of it has been published yet.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -150,6 +153,9 @@ class Agent:
         derive: Callable[[NodeFacts], Derived] = derive_topology,
         monotonic: Callable[[], float] = time.monotonic,
         health: HealthWatch | None = None,
+        interruptible: Callable[[], contextlib.AbstractContextManager[object]] = (
+            contextlib.nullcontext
+        ),
     ) -> None:
         self._read_facts = read_facts
         self._facts_without_nvml = facts_without_nvml
@@ -167,6 +173,8 @@ class Agent:
         self._last_computed: tuple[NodeFacts, LabelSet, Mapping[str, str]] | None = None
         self._topology_withheld = False
         self._health = health
+        #: Wraps the parts of a cycle a stop may abandon (:meth:`LoopControl.interruptible`).
+        self._interruptible = interruptible
 
     def cycle(self) -> CycleOutcome:
         """Read, label, publish once."""
@@ -195,7 +203,8 @@ class Agent:
 
     def _cycle(self) -> CycleOutcome:
         try:
-            facts = self._read_facts()
+            with self._interruptible():
+                facts = self._read_facts()
         except GfdError as exc:
             lost: GfdError = exc
             self._health_step("check", lambda watch: watch.observe(None, lost))
@@ -208,7 +217,8 @@ class Agent:
         self._telemetry.nvml_up(True)
         health_labels = self._health_step("check", lambda watch: watch.observe(facts, None))
         try:
-            label_set, annotations = self._labels_of(facts)
+            with self._interruptible():
+                label_set, annotations = self._labels_of(facts)
         except GfdError as exc:
             # Facts that contradict the configuration (MPS sharing on a MIG-enabled
             # GPU); a topology the facts cannot describe is withheld above instead.
@@ -368,6 +378,13 @@ def _internal_failure(stage: str, exc: BaseException) -> CycleOutcome:
     )
 
 
+class StopRequested(BaseException):
+    """A stop signal ended interruptible work (:meth:`LoopControl.interruptible`).
+
+    A BaseException, so that no ``except Exception`` of a cycle takes it for a failure.
+    """
+
+
 class LoopControl:
     """Stop and reload requests, set from signal handlers and watched by the loop."""
 
@@ -377,10 +394,37 @@ class LoopControl:
         self.reload_requested = False
         #: Why the last reload was requested: "signal" (SIGHUP) or "config file changed".
         self.reload_reason = ""
+        self._interruptible = False
 
     def request_stop(self) -> None:
         self.stop.set()
         self.wake.set()
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """While inside, a stop signal ends the work at once: :meth:`stop_from_signal`
+        raises :class:`StopRequested` wherever the main thread is.
+
+        Only for work that publishes nothing and may be abandoned anywhere (reading the
+        facts, computing labels): a cycle of a 128-GPU machine, or one whose NVML answers
+        slowly, would otherwise outlast the second a stop may take. Work already asked to
+        stop does not start.
+        """
+        if self.stop.is_set():
+            raise StopRequested
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
+
+    def stop_from_signal(self) -> None:
+        """What a SIGTERM/SIGINT handler does (in the main thread): request a stop, and end
+        interruptible work in progress. Raises :class:`StopRequested` at most once."""
+        self.request_stop()
+        if self._interruptible:
+            self._interruptible = False
+            raise StopRequested
 
     def request_reload(self, reason: str = "signal") -> None:
         self.reload_requested = True

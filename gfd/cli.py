@@ -15,6 +15,7 @@ import datetime as dt
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,16 +195,21 @@ def check_facts_file(name_or_path: str) -> None:
     """Refuse a ``--simulate`` facts file that is not a small regular file of sane YAML.
 
     Bounded (:data:`gfd.inputs.FACTS_FILE_LIMIT`) and checked for depth and aliases
-    before the simulator loads it; a bundled profile name passes through.
+    before the simulator loads it; a bundled profile name passes through. First of all,
+    a file of more GPUs (MIG devices, NVLinks, pairs) than a node can have is refused
+    (:mod:`gfd.facts_limits`): its one pass of the parser is cheaper than the checks after.
     """
     from gfd.facts import FactsError
+    from gfd.facts_limits import check_document_bounds
     from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
     from gfd.sim import BUNDLED_PROFILES
 
     if name_or_path in BUNDLED_PROFILES or not os.path.lexists(name_or_path):
         return
     try:
-        check_yaml(read_bounded_text(name_or_path, FACTS_FILE_LIMIT))
+        text = read_bounded_text(name_or_path, FACTS_FILE_LIMIT)
+        check_document_bounds(text, name_or_path)
+        check_yaml(text)
     except OSError as exc:
         raise FactsError(name_or_path, "", f"cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -468,8 +474,14 @@ def command_run(
     stdout: TextIO,
     log: Any,
 ) -> int:
-    """Label once (``--oneshot``) or forever; SIGTERM/SIGINT stop, SIGHUP reloads the config."""
-    from gfd.agent import LoopControl, Pacer
+    """Label once (``--oneshot``) or forever; SIGTERM/SIGINT stop, SIGHUP reloads the config.
+
+    A stop ends the run within a second, whatever it is doing: a cycle that is reading or
+    computing is abandoned (nothing of it was published), a publication in progress
+    finishes (its sinks see the stop and wait no more), and a main thread held in a call
+    that cannot be interrupted is overtaken by :class:`StopWatchdog`.
+    """
+    from gfd.agent import LoopControl, Pacer, StopRequested
 
     control = LoopControl()
     factory = SinkFactory(control.stop)
@@ -477,6 +489,7 @@ def command_run(
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
     previous = _install_signal_handlers(control)
+    watchdog = StopWatchdog(control)
     #: Host readers made for the settings of each (re)load; each may hold an NVML session.
     opened: list[NodeReader] = []
     try:
@@ -491,11 +504,17 @@ def command_run(
 
             built = factory.build(settings, stdout)
             factory.adopt(built)
-            agent = _agent_for(settings, built, reader_for(settings), log, endpoint, health)
+            agent = _agent_for(
+                settings, built, reader_for(settings), log, endpoint, health, control
+            )
             ever_succeeded = False
             pacer = Pacer(settings.sleep_interval)
             if settings.oneshot and not control.stop.is_set():
-                outcome = agent.cycle()
+                try:
+                    outcome = agent.cycle()
+                except StopRequested:
+                    log.info("stopping", reason="signal", during="cycle")
+                    return EXIT_OK
                 if outcome.ok or outcome.published_without_nvml:
                     return EXIT_OK
                 print(error_line(outcome.reason), file=sys.stderr)
@@ -504,7 +523,11 @@ def command_run(
 
             config_watch = ConfigFileWatch(settings.config_file)
             while not control.stop.is_set():
-                outcome = agent.cycle()
+                try:
+                    outcome = agent.cycle()
+                except StopRequested:
+                    # A stop signal ended the cycle while it read or computed.
+                    break
                 ever_succeeded = ever_succeeded or outcome.ok
                 if outcome.init_failure and settings.fail_on_init_error and not ever_succeeded:
                     print(
@@ -524,7 +547,7 @@ def command_run(
                     config_watch = ConfigFileWatch(settings.config_file)
                     swapped = _reload(
                         explicit, env, settings, agent, factory, endpoint, reader_for, stdout, log,
-                        health, reason=control.reload_reason,
+                        health, control, reason=control.reload_reason,
                     )  # fmt: skip
                     if swapped is not None:
                         settings, agent = swapped
@@ -535,6 +558,7 @@ def command_run(
     finally:
         for reader in opened:
             reader.close()
+        watchdog.close()
         _restore_signal_handlers(previous)
         factory.close()
         endpoint.close()
@@ -603,10 +627,12 @@ def _agent_for(
     log: Any,
     endpoint: MetricsEndpoint,
     health: HealthSetup,
+    control: Any,
 ) -> Any:
     from gfd.agent import Agent
 
     return Agent(
+        interruptible=control.interruptible,
         read_facts=read,
         # With --fail-on-init-error=false a node whose NVML cannot start is labelled
         # without GPUs (the reference does the same) until NVML comes up.
@@ -630,6 +656,7 @@ def _reload(
     stdout: TextIO,
     log: Any,
     health: HealthSetup,
+    control: Any,
     *,
     reason: str = "signal",
 ) -> tuple[Settings, Any] | None:
@@ -671,7 +698,7 @@ def _reload(
     factory.adopt(built)
     commit_endpoint()
     configure_logging(reloaded.log_level)
-    new_agent = _agent_for(reloaded, built, reader_for(reloaded), log, endpoint, health)
+    new_agent = _agent_for(reloaded, built, reader_for(reloaded), log, endpoint, health, control)
     endpoint.reloaded()
     log.info(
         "configuration reloaded",
@@ -687,7 +714,8 @@ def _install_signal_handlers(control: Any) -> dict[int, Any]:
     previous: dict[int, Any] = {}
 
     def stop(_signum: int, _frame: Any) -> None:
-        control.request_stop()
+        # Raises StopRequested when a cycle is reading or computing: it ends at once.
+        control.stop_from_signal()
 
     def reload(_signum: int, _frame: Any) -> None:
         control.request_reload()
@@ -700,6 +728,86 @@ def _install_signal_handlers(control: Any) -> dict[int, Any]:
 def _restore_signal_handlers(previous: Mapping[int, Any]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)
+
+
+#: How long a stop signal leaves the main thread to finish before the process ends
+#: anyway: the README promises that a stop takes at most a second.
+STOP_GRACE_SECONDS = 0.75
+
+
+class StopWatchdog:
+    """Ends the process when the main thread has not obeyed a stop signal in time.
+
+    Python runs signal handlers in the main thread, between two bytecodes: a main thread
+    inside one long call into C (NVML on a hung or slowly initialising driver, a blocking
+    system call) would see SIGTERM only when the call returns, which may be never. The
+    interpreter's own C-level handler also writes each signal's number to a pipe
+    (``signal.set_wakeup_fd``) at once, whatever the main thread does; this thread reads
+    it, sets the stop event, and if the run has not ended ``grace`` seconds later writes
+    one log line and exits with status 0 (a requested stop, as the loop's own) without
+    further cleanup. That is safe for what gfd publishes: the feature file is only ever
+    replaced by a rename, and API writes are single requests.
+    """
+
+    def __init__(
+        self,
+        control: Any,
+        *,
+        grace: float = STOP_GRACE_SECONDS,
+        exit_now: Callable[[int], object] = os._exit,
+    ) -> None:
+        self._control = control
+        self._grace = grace
+        self._exit_now = exit_now
+        self._done = threading.Event()
+        self._read, self._write = os.pipe()
+        # The C-level handler must never block; a full pipe only drops a byte.
+        os.set_blocking(self._write, False)
+        self._previous = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._thread = threading.Thread(target=self._watch, name="gfd-stop-watchdog", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        stops = {int(signal.SIGTERM), int(signal.SIGINT)}
+        while True:
+            try:
+                received = os.read(self._read, 64)
+            except OSError:
+                return
+            if not received:
+                return  # closed: the run is over
+            if stops.isdisjoint(received):
+                continue  # SIGHUP: a reload, handled by the loop
+            self._control.request_stop()
+            if self._done.wait(self._grace):
+                return
+            self._say_stopping_now()
+            self._exit_now(EXIT_OK)
+            return
+
+    def _say_stopping_now(self) -> None:
+        """One log line, written with one system call: the main thread may hold any lock."""
+        from gfd.logs import get_logger, json_line
+
+        if not get_logger().is_enabled_for("warning"):
+            return
+        event = (
+            f"stopping now: still busy {self._grace} s after the stop signal "
+            "(a call that cannot be interrupted, such as NVML on a hung driver)"
+        )
+        line = (
+            f"gfd: warning: {event}" if sys.stdout.isatty() else json_line("warning", event, {}, {})
+        )
+        with contextlib.suppress(OSError):
+            os.write(2, (line + "\n").encode())
+
+    def close(self) -> None:
+        """The run is over: stop watching, give the wakeup descriptor back."""
+        self._done.set()
+        signal.set_wakeup_fd(self._previous)
+        os.close(self._write)
+        self._thread.join(timeout=self._grace)
+        os.close(self._read)
 
 
 #: The longest error line gfd prints; whatever a message echoes, it stays readable.

@@ -26,6 +26,7 @@ from typing import Any, Literal, get_args, get_origin
 # Re-exported: the error belongs to the facts model; it is defined in gfd.errors so
 # that gfd.errors imports nothing of gfd (no import circle).
 from gfd.errors import FactsError as FactsError
+from gfd.facts_limits import check_data_bounds, check_document_bounds
 
 SCHEMA_VERSION = 1
 #: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
@@ -300,13 +301,20 @@ def facts_from_dict(data: Any, source: str = "<facts>") -> NodeFacts:
             "schema_version",
             f"unsupported schema version {version!r}; this gfd reads version {SCHEMA_VERSION}",
         )
+    # Before anything is built: the work below grows with the lists' lengths.
+    check_data_bounds(data, source)
     facts: NodeFacts = _build(NodeFacts, data, source, "")
     _check_consistency(facts, source)
     return facts
 
 
 def load_facts_text(text: str, source: str, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
-    """Parse YAML or JSON facts text. Top-level ``extra_keys`` are ignored (e.g. ``faults``)."""
+    """Parse YAML or JSON facts text. Top-level ``extra_keys`` are ignored (e.g. ``faults``).
+
+    A document with more GPUs (or MIG devices, NVLinks, pairs) than a node can have is
+    refused before it is parsed into objects (:mod:`gfd.facts_limits`).
+    """
+    check_document_bounds(text, source)
     data = parse_document(text, source)
     if isinstance(data, Mapping):
         # ``derived`` (what ``gfd facts`` computes from the facts, e.g. the topology) is output only.

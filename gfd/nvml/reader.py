@@ -51,6 +51,7 @@ from gfd.facts import (
     VgpuInfo,
     cpulist_from_ids,
 )
+from gfd.facts_limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_NVLINKS, limit_problem
 from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded, read_bounded_text
 from gfd.vgpu import read_vgpu
 
@@ -446,6 +447,8 @@ def _read_all(
         "nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion
     )
     count = nv.required("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
+    # Before anything that grows with it (one call per pair of GPUs, among others).
+    _within_limit("nvmlDeviceGetCount", None, int(count), MAX_GPUS, "GPUs")
     handles = [
         _on_gpu(i, nv.required, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i)
         for i in range(count)
@@ -575,6 +578,27 @@ def _read_nvlink_p2p(
     return tuple(entries)
 
 
+class NvmlBeyondLimits(NvmlError):
+    """NVML reported more of something than any real node has (:mod:`gfd.facts_limits`).
+
+    Nothing that grows with the count is asked: the read fails at once, as on any NVML
+    error, and the agent keeps the last labels.
+    """
+
+    def __init__(self, call: str, gpu: int | None, problem: str) -> None:
+        super().__init__(call, pynvml.NVML_ERROR_UNKNOWN, "NVML_ERROR_UNKNOWN", problem)
+        of = f" of GPU {gpu}" if gpu is not None else ""
+        # NVML itself did not fail: the message says what it answered.
+        self.args = (f"NVML {call}{of} reported {problem}",)
+
+
+def _within_limit(call: str, gpu: int | None, count: int, limit: int, what: str) -> int:
+    """``count`` as NVML reported it, refused when no real node has that many."""
+    if count > limit:
+        raise NvmlBeyondLimits(call, gpu, limit_problem(count, limit, what))
+    return count
+
+
 def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
@@ -597,7 +621,7 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path, cache: _R
         static = _read_gpu_static(nv, handle, name, sysfs_root)
         cache.gpus[uuid] = static
     mig = nv.optional("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle)
-    links = _read_nvlinks(nv, handle, static)
+    links = _read_nvlinks(nv, index, handle, static)
     if links and static.nvlink_version is _UNREAD:
         version = nv.optional(
             "nvmlDeviceGetNvLinkVersion", pynvml.nvmlDeviceGetNvLinkVersion, handle, 0
@@ -620,7 +644,7 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path, cache: _R
         cpu_affinity=static.cpu_affinity,
         mig_mode_current=bool(mig[0]) if mig is not None else None,
         mig_mode_pending=bool(mig[1]) if mig is not None else None,
-        mig_devices=_mig_devices_if_enabled(nv, handle, static, mig),
+        mig_devices=_mig_devices_if_enabled(nv, index, handle, static, mig),
         nvlink_version=static.nvlink_version if links else None,
         nvlinks=links,
         fabric=_read_fabric(nv, handle),
@@ -628,10 +652,10 @@ def _read_gpu(nv: _Session, index: int, handle: Any, sysfs_root: Path, cache: _R
 
 
 def _mig_devices_if_enabled(
-    nv: _Session, handle: Any, static: _GpuStatic, mig: Any
+    nv: _Session, index: int, handle: Any, static: _GpuStatic, mig: Any
 ) -> tuple[MigDevice, ...]:
     if mig is not None and mig[0]:
-        return _read_mig_devices(nv, handle, static)
+        return _read_mig_devices(nv, index, handle, static)
     static.migs.clear()
     return ()
 
@@ -672,9 +696,11 @@ def _read_gpu_static(nv: _Session, handle: Any, name: str, sysfs_root: Path) -> 
     )
 
 
-def _read_nvlinks(nv: _Session, handle: Any, static: _GpuStatic) -> tuple[NvLink, ...]:
+def _read_nvlinks(nv: _Session, index: int, handle: Any, static: _GpuStatic) -> tuple[NvLink, ...]:
     if static.link_count is _UNREAD:
-        static.link_count = _nvlink_count(nv, handle)
+        static.link_count = _within_limit(
+            "nvmlDeviceGetFieldValues", index, _nvlink_count(nv, handle), MAX_NVLINKS, "NVLinks"
+        )
     links: list[NvLink] = []
     for link in range(static.link_count):
         state = nv.optional(
@@ -735,7 +761,9 @@ def _nvlink_count(nv: _Session, handle: Any) -> int:
     return count
 
 
-def _read_mig_devices(nv: _Session, handle: Any, static: _GpuStatic) -> tuple[MigDevice, ...]:
+def _read_mig_devices(
+    nv: _Session, gpu: int, handle: Any, static: _GpuStatic
+) -> tuple[MigDevice, ...]:
     """The MIG devices of a MIG-enabled GPU, by MIG index; empty slots are skipped.
 
     Each slot's handle, name and UUID are asked every read, so a MIG device created,
@@ -743,10 +771,11 @@ def _read_mig_devices(nv: _Session, handle: Any, static: _GpuStatic) -> tuple[Mi
     facts are kept per (slot, UUID) for the session.
     """
     if static.mig_slots is _UNREAD:
-        static.mig_slots = int(
-            nv.required(
-                "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
-            )
+        slots = nv.required(
+            "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
+        )
+        static.mig_slots = _within_limit(
+            "nvmlDeviceGetMaxMigDeviceCount", gpu, int(slots), MAX_MIG_DEVICES, "MIG devices"
         )
     devices: list[MigDevice] = []
     for index in range(static.mig_slots):

@@ -10,7 +10,9 @@ code path against ``SimulatedMachine.library_path`` and ``sysfs_root``.
 The library exports what the real library of the machine's driver branch exports
 (:mod:`gfd.nvml.branches`): a machine with driver 470.256.02 has no
 ``nvmlDeviceGetNumaNodeId``, as on a real node. For an older branch the library is a
-copy with the missing functions hidden (:mod:`gfd.sim.branch_library`).
+copy with the missing functions hidden (:mod:`gfd.sim.branch_library`). A driver of a
+branch not emulated is served with the export set of the nearest emulated branch at or
+below it; one older than 470 with 470's, said in one warning line.
 
 pynvml keeps one library per process and caches its symbols, so the library is
 loaded once (``ctypes.CDLL`` of the same path returns the same ``dlopen``
@@ -34,16 +36,19 @@ from pathlib import Path
 
 from gfd.errors import GfdError
 from gfd.facts import (
+    DERIVED_KEY,
     NodeFacts,
     facts_from_dict,
     facts_to_dict,
     parse_document,
     read_facts_text,
 )
-from gfd.nvml.branches import LATEST_BRANCH, driver_branch
+from gfd.facts_limits import check_document_bounds
+from gfd.nvml.branches import LATEST_BRANCH, driver_branch, older_than_emulated
 from gfd.sim.branch_library import BranchLibraries, hidden_in, write_without_exports
 from gfd.sim.faults import (
     NO_FAULTS,
+    CallDelay,
     CallError,
     Faults,
     GpuLost,
@@ -58,6 +63,7 @@ from gfd.sim.sysfs_tree import write_sysfs_tree
 __all__ = [
     "BUNDLED_PROFILES",
     "CONFIG_ENV",
+    "CallDelay",
     "CallError",
     "Faults",
     "GpuLost",
@@ -130,12 +136,18 @@ def load_profile(name_or_path: str) -> SimulationProfile:
     path = profile_path(name_or_path)
     source = str(path)
     text = read_facts_text(path)
+    # A document of more GPUs than a node can have is refused before it is parsed.
+    check_document_bounds(text, source)
     # One YAML parse serves both parts (large profiles take tens of milliseconds to parse).
     document = parse_document(text, source)
     faults_data = None
     if isinstance(document, Mapping):
         faults_data = document.get("faults")
-        document = {key: value for key, value in document.items() if key != "faults"}
+        # What ``gfd facts`` derives from the facts (the topology) is output only: a
+        # captured file replays as it was written.
+        document = {
+            key: value for key, value in document.items() if key not in ("faults", DERIVED_KEY)
+        }
     facts = facts_from_dict(document, source)
     faults = parse_faults(faults_data, source, facts.gpus)
     check_servable(facts, source)
@@ -164,7 +176,8 @@ _branch_libraries: BranchLibraries | None = None
 def machine_branch(facts: NodeFacts) -> int:
     """The driver branch whose NVML exports the simulator emulates for ``facts``.
 
-    ``check_servable`` has already refused a version of no known branch.
+    The nearest emulated branch at or below the driver's (:func:`driver_branch`);
+    ``check_servable`` has already refused a text that is no driver version.
     """
     if facts.driver_version is None:
         return LATEST_BRANCH
@@ -234,6 +247,24 @@ def prepare_machine(
     :meth:`SimulatedMachine.environment` (``python -m gfd.sim`` prints it).
     """
     resolved = _as_profile(profile)
+    _warn_if_older_than_emulated(resolved)
+    return _prepare(resolved, directory, library)
+
+
+def _warn_if_older_than_emulated(profile: SimulationProfile) -> None:
+    """One warning line when the driver predates every emulated branch (it is served as 470)."""
+    if profile.facts.driver_version is None:
+        return
+    note = older_than_emulated(profile.facts.driver_version)
+    if note is not None:
+        from gfd.logs import get_logger
+
+        get_logger().warning(note, source=profile.source)
+
+
+def _prepare(
+    resolved: SimulationProfile, directory: Path, library: Path | None
+) -> SimulatedMachine:
     full = library_path()
     branch = machine_branch(resolved.facts)
     directory.mkdir(parents=True, exist_ok=True)
@@ -279,6 +310,7 @@ def simulate(
     :func:`library_path`, whatever the driver branch) instead of the branch's own.
     """
     resolved = _as_profile(profile)
+    _warn_if_older_than_emulated(resolved)
     served = library or branch_library_path(machine_branch(resolved.facts))
     loaded = _library(served)
     if not _active.acquire(blocking=False):
@@ -289,7 +321,7 @@ def simulate(
     try:
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
         try:
-            machine = prepare_machine(resolved, directory, library=served)
+            machine = _prepare(resolved, directory, served)
             configure_library(loaded, machine.config_path)
             try:
                 yield machine

@@ -17,6 +17,10 @@ validation. The kinds, all counted from the moment the library is
   of them when ``links`` is omitted) are inactive.
 - ``driver_not_loaded_inits``: the first N ``nvmlInit*`` calls return
   ``NVML_ERROR_DRIVER_NOT_LOADED``, later ones succeed.
+- ``delays``: a named NVML call takes ``seconds`` before it answers (a driver slow to
+  initialise, a GPU whose calls hang), optionally only for one GPU and only the first
+  ``times`` matching calls. A signal does not cut the wait short, as it does not end a
+  hung driver's call: what a process does then is what it would do on a real node.
 
 GPU indices are those of the profile (the machine as loaded), also for faults that
 take effect after an earlier GPU vanished.
@@ -102,6 +106,8 @@ EXPORTED_CALLS: tuple[str, ...] = (
 
 #: The machine file's AFTER_CALLS is a 32-bit unsigned number.
 MAX_AFTER_CALLS = 2**32 - 1
+#: The longest delay (``SIM_MAX_DELAY_MS``): an hour is a hung driver already.
+MAX_DELAY_SECONDS = 3600
 
 #: ``nvmlErrorString`` cannot fail, so it cannot carry an injected error.
 _UNFAULTABLE = frozenset({"nvmlErrorString"})
@@ -154,6 +160,19 @@ class CallError:
 
 
 @dataclass(frozen=True)
+class CallDelay:
+    """``call`` takes ``seconds`` before it answers (for GPU ``gpu`` only, the first ``times`` calls)."""
+
+    call: str
+    #: Rounded to milliseconds in the machine file; at least 1 ms.
+    seconds: float
+    #: None: every matching call, whatever GPU it names (system calls included).
+    gpu: int | None = None
+    #: None: every matching call; N: only the first N.
+    times: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuLost:
     """GPU ``gpu`` answers ``after_calls`` calls, then falls off the bus for good."""
 
@@ -192,6 +211,7 @@ class Faults:
     driver_not_loaded_inits: int = 0
     gpu_vanished: tuple[GpuVanished, ...] = ()
     nvlink_down: tuple[NvLinkDown, ...] = ()
+    delays: tuple[CallDelay, ...] = ()
 
 
 NO_FAULTS = Faults()
@@ -207,7 +227,14 @@ def parse_faults(data: Any, source: str, gpus: Sequence[Gpu]) -> Faults:
     if not isinstance(data, Mapping):
         raise FactsError(source, "faults", f"expected a mapping, got {_kind(data)}")
     gpu_count = len(gpus)
-    known = ("errors", "gpu_lost", "gpu_vanished", "nvlink_down", "driver_not_loaded_inits")
+    known = (
+        "errors",
+        "gpu_lost",
+        "gpu_vanished",
+        "nvlink_down",
+        "driver_not_loaded_inits",
+        "delays",
+    )
     for key in data:
         if key not in known:
             raise FactsError(
@@ -244,12 +271,17 @@ def parse_faults(data: Any, source: str, gpus: Sequence[Gpu]) -> Faults:
     )
     _once_each(source, "faults.nvlink_down", [entry.gpu for entry in links_down])
     inits = _count(data.get("driver_not_loaded_inits", 0), source, "faults.driver_not_loaded_inits")
+    delays = tuple(
+        _call_delay(item, source, f"faults.delays[{i}]", gpu_count)
+        for i, item in enumerate(_list(data.get("delays"), source, "faults.delays"))
+    )
     return Faults(
         errors=errors,
         gpu_lost=lost,
         driver_not_loaded_inits=inits,
         gpu_vanished=vanished,
         nvlink_down=links_down,
+        delays=delays,
     )
 
 
@@ -270,7 +302,17 @@ def faults_to_dict(faults: Faults) -> dict[str, Any]:
         "gpu_vanished": [{"gpu": f.gpu, "after_calls": f.after_calls} for f in faults.gpu_vanished],
         "nvlink_down": [_nvlink_down_to_dict(f) for f in faults.nvlink_down],
         "driver_not_loaded_inits": faults.driver_not_loaded_inits,
+        "delays": [_delay_to_dict(d) for d in faults.delays],
     }
+
+
+def _delay_to_dict(delay: CallDelay) -> dict[str, Any]:
+    entry: dict[str, Any] = {"call": delay.call, "seconds": delay.seconds}
+    if delay.gpu is not None:
+        entry["gpu"] = delay.gpu
+    if delay.times is not None:
+        entry["times"] = delay.times
+    return entry
 
 
 def _nvlink_down_to_dict(fault: NvLinkDown) -> dict[str, Any]:
@@ -285,8 +327,7 @@ def check_faults(faults: Faults, source: str, gpus: Sequence[Gpu]) -> None:
     parse_faults(faults_to_dict(faults), source, gpus)
 
 
-def _call_error(item: Any, source: str, path: str, gpu_count: int) -> CallError:
-    fields = _mapping(item, source, path, ("call", "error", "gpu", "times"))
+def _call_name(fields: Mapping[str, Any], source: str, path: str) -> str:
     call = fields.get("call")
     if not isinstance(call, str):
         raise FactsError(source, f"{path}.call", "required: the name of an NVML function")
@@ -299,6 +340,31 @@ def _call_error(item: Any, source: str, path: str, gpu_count: int) -> CallError:
             f"{call!r} is not an NVML function the simulator serves "
             f"(use the exact symbol, e.g. nvmlDeviceGetCount_v2){hint}",
         )
+    return call
+
+
+def _call_delay(item: Any, source: str, path: str, gpu_count: int) -> CallDelay:
+    fields = _mapping(item, source, path, ("call", "seconds", "gpu", "times"))
+    call = _call_name(fields, source, path)
+    seconds = fields.get("seconds")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise FactsError(source, f"{path}.seconds", "required: how long the call takes, in seconds")
+    if not 0.001 <= seconds <= MAX_DELAY_SECONDS:
+        raise FactsError(
+            source, f"{path}.seconds", f"{seconds} is not between 0.001 and {MAX_DELAY_SECONDS}"
+        )
+    gpu = None
+    if fields.get("gpu") is not None:
+        gpu = _gpu_index(fields["gpu"], source, f"{path}.gpu", gpu_count)
+    times = None
+    if fields.get("times") is not None:
+        times = _count(fields["times"], source, f"{path}.times")
+    return CallDelay(call=call, seconds=seconds, gpu=gpu, times=times)
+
+
+def _call_error(item: Any, source: str, path: str, gpu_count: int) -> CallError:
+    fields = _mapping(item, source, path, ("call", "error", "gpu", "times"))
+    call = _call_name(fields, source, path)
     if "error" not in fields:
         raise FactsError(source, f"{path}.error", "required: an NVML error name or code")
     code = _error_code(fields["error"], source, f"{path}.error")

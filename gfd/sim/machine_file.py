@@ -20,7 +20,8 @@ from gfd.facts import (
     NodeFacts,
     VgpuInfo,
 )
-from gfd.nvml.branches import FIRST_EXPORTED_IN, UnknownBranchError, driver_branch, exported_in
+from gfd.facts_limits import MAX_MIG_DEVICES
+from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branch, exported_in
 from gfd.sim.faults import Faults
 from gfd.vgpu import DISPLAY_BASE_CLASS, HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 
@@ -89,7 +90,7 @@ def check_servable(facts: NodeFacts, source: str) -> None:
         _check_text(facts.driver_version, DRIVER_VERSION_BUFFER, source, "driver_version")
         try:
             branch = driver_branch(facts.driver_version)
-        except UnknownBranchError as exc:
+        except NotADriverVersion as exc:
             raise FactsError(source, "driver_version", str(exc)) from None
         _check_branch_serves(facts, branch, source)
     if facts.cuda_driver_version is not None and not 0 <= facts.cuda_driver_version < 2**31:
@@ -185,6 +186,14 @@ def check_servable(facts: NodeFacts, source: str) -> None:
                     source, f"{mwhere}.index", f"MIG index {mig.index} is negative or listed twice"
                 )
             seen_migs.add(mig.index)
+            if mig.index >= MAX_MIG_DEVICES:
+                # NVML's MIG slots run below nvmlDeviceGetMaxMigDeviceCount, which the
+                # simulator answers with the highest index + 1, and the reader refuses more.
+                raise FactsError(
+                    source,
+                    f"{mwhere}.index",
+                    f"{mig.index} is not a MIG slot: slots run below {MAX_MIG_DEVICES}",
+                )
             _check_text(mig.name, NAME_BUFFER, source, f"{mwhere}.name")
             _check_text(mig.uuid, UUID_BUFFER, source, f"{mwhere}.uuid")
             for name in (
@@ -225,8 +234,8 @@ def _check_branch_serves(facts: NodeFacts, branch: int, source: str) -> None:
             raise FactsError(
                 source,
                 f"gpus[{i}].{name}",
-                f"driver {facts.driver_version} (branch {branch}) has no {functions[-1]}; "
-                f"remove the field or name a driver of branch {first} or later",
+                f"driver {facts.driver_version} (NVML of branch {branch}) has no "
+                f"{functions[-1]}; remove the field or name a driver of branch {first} or later",
             )
         if (
             gpu.fabric is not None
@@ -236,8 +245,8 @@ def _check_branch_serves(facts: NodeFacts, branch: int, source: str) -> None:
             raise FactsError(
                 source,
                 f"gpus[{i}].fabric.health_mask",
-                f"driver {facts.driver_version} (branch {branch}) reports fabric info through "
-                "nvmlDeviceGetGpuFabricInfo, which has no health mask; set it to null",
+                f"driver {facts.driver_version} (NVML of branch {branch}) reports fabric info "
+                "through nvmlDeviceGetGpuFabricInfo, which has no health mask; set it to null",
             )
 
 
@@ -246,10 +255,15 @@ def _check_vgpu(facts: NodeFacts, vgpu: VgpuInfo, source: str) -> None:
     if not any(
         g.pci_class is not None and g.pci_class >> 16 == DISPLAY_BASE_CLASS for g in facts.gpus
     ):
+        if vgpu == VgpuInfo(present=False):
+            # What the reader reports of a bus without NVIDIA display functions (a node
+            # without GPUs, or whose driver is not loaded): served as it stands.
+            return
         raise FactsError(
             source,
             "vgpu",
-            "vGPU facts need a GPU with a display pci_class (0x03xxxx) to carry them",
+            "vGPU facts need a GPU with a display pci_class (0x03xxxx) to carry them "
+            "(without one, a node reads as no vGPU guest: {present: false})",
         )
     driver = (vgpu.host_driver_version, vgpu.host_driver_branch)
     if not vgpu.present and driver != (None, None):
@@ -310,6 +324,11 @@ def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
         lines.append(f"fault_nvlink_down {down.gpu} {down.after_calls} {links}")
     if faults.driver_not_loaded_inits:
         lines.append(f"fault_driver_not_loaded {faults.driver_not_loaded_inits}")
+    for delay in faults.delays:
+        only_gpu = "-" if delay.gpu is None else str(delay.gpu)
+        times = "-" if delay.times is None else str(delay.times)
+        milliseconds = max(1, round(delay.seconds * 1000))
+        lines.append(f"fault_delay {delay.call} {milliseconds} {only_gpu} {times}")
     return "\n".join(lines) + "\n"
 
 

@@ -57,6 +57,13 @@
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
 
 #define TEXT_MAX NVML_DEVICE_NAME_V2_BUFFER_SIZE
+/* Bounds far above real hardware (gfd/facts_limits.py, which gfd checks first): a machine
+ * file with more is refused, so that nothing quadratic in the GPUs runs away. NVLinks are
+ * bounded by NVML_NVLINK_MAX_LINKS (their indices run below it). */
+#define SIM_MAX_GPUS 128
+#define SIM_MAX_MIG_DEVICES 16
+/* The longest injected delay: an hour is a hung driver already. */
+#define SIM_MAX_DELAY_MS 3600000u
 #define BUS_ID_MAX NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
 #define CALL_NAME_MAX 80
 #define BITS_PER_WORD (sizeof(unsigned long) * CHAR_BIT)
@@ -154,7 +161,8 @@ typedef struct {
 
 typedef struct {
     char call[CALL_NAME_MAX];
-    int code;
+    int code;           /* NVML_SUCCESS for a delay */
+    unsigned delay_ms;  /* fault_delay: the call takes this long first; 0: an error fault */
     int gpu;         /* -1: any */
     long long times; /* -1: always */
     long long used;

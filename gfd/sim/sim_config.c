@@ -75,7 +75,14 @@
  *                                         after that many calls on the GPU, its links
  *                                         LINKS (listed link indices, comma-separated;
  *                                         "-": every link) are inactive
+ *   fault_delay CALL MS GPU|- TIMES|-     CALL takes MS milliseconds (at most an hour)
+ *                                         before it answers, for one GPU or any, the first
+ *                                         TIMES matches or always; signals do not cut it
+ *                                         short, as they do not end a hung driver's call
  *   fault_driver_not_loaded INITS         the first INITS nvmlInit* calls fail
+ *
+ * Bounds: at most SIM_MAX_GPUS GPUs and, per GPU, MIG indices below SIM_MAX_MIG_DEVICES
+ * (and max_mig_devices at most that) and link indices below NVML_NVLINK_MAX_LINKS.
  */
 
 #include "nvmlsim.h"
@@ -374,7 +381,14 @@ static int parse_gpu_key(parse_ctx *ctx, sim_gpu *gpu, const char *key, char *va
         return 0;
     }
     if (strcmp(key, "max_mig_devices") == 0) {
-        return parse_numbers(ctx, key, value, &gpu->max_mig_devices, 1);
+        if (parse_numbers(ctx, key, value, &gpu->max_mig_devices, 1) != 0) {
+            return -1;
+        }
+        if (gpu->max_mig_devices > SIM_MAX_MIG_DEVICES) {
+            return parse_fail(ctx, "max_mig_devices: %u is more than the limit of %d",
+                              gpu->max_mig_devices, SIM_MAX_MIG_DEVICES);
+        }
+        return 0;
     }
     if (strcmp(key, "nvlink_version") == 0) {
         gpu->has_nvlink_version = 1;
@@ -474,6 +488,10 @@ static int parse_gpu_key(parse_ctx *ctx, sim_gpu *gpu, const char *key, char *va
         if (parse_numbers(ctx, key, value, &index, 1) != 0) {
             return -1;
         }
+        if (index >= SIM_MAX_MIG_DEVICES) {
+            return parse_fail(ctx, "mig: MIG index %u is not below the limit of %d", index,
+                              SIM_MAX_MIG_DEVICES);
+        }
         for (size_t i = 0; i < gpu->n_migs; i++) {
             if (gpu->migs[i].index == index) {
                 return parse_fail(ctx, "mig: MIG device %u is listed twice", index);
@@ -559,14 +577,16 @@ static int parse_gpu_key(parse_ctx *ctx, sim_gpu *gpu, const char *key, char *va
     return parse_fail(ctx, "unknown key '%s'", key);
 }
 
-static int parse_fault_error(parse_ctx *ctx, sim_machine *m, char *value) {
+/* fault_error CALL CODE GPU|- TIMES|- and fault_delay CALL MS GPU|- TIMES|- */
+static int parse_fault_call(parse_ctx *ctx, sim_machine *m, const char *key, char *value) {
+    int delay = strcmp(key, "fault_delay") == 0;
     char *rest = value;
     char *t_call = next_token(&rest);
     char *t_code = next_token(&rest);
     char *t_gpu = next_token(&rest);
     char *t_times = next_token(&rest);
     if (t_times == NULL || next_token(&rest) != NULL) {
-        return parse_fail(ctx, "fault_error: expected CALL CODE GPU|- TIMES|-");
+        return parse_fail(ctx, "%s: expected CALL %s GPU|- TIMES|-", key, delay ? "MS" : "CODE");
     }
     sim_fault *faults = grow(m->faults, m->n_faults, sizeof *faults);
     if (faults == NULL) {
@@ -574,26 +594,35 @@ static int parse_fault_error(parse_ctx *ctx, sim_machine *m, char *value) {
     }
     m->faults = faults;
     sim_fault *f = &faults[m->n_faults++];
-    if (copy_text(ctx, "fault_error", t_call, f->call, sizeof f->call) != 0) {
+    if (copy_text(ctx, key, t_call, f->call, sizeof f->call) != 0) {
         return -1;
     }
     unsigned code, gpu;
     unsigned long long times;
-    if (parse_u32(t_code, &code) != 0 || code == NVML_SUCCESS || code > INT_MAX) {
-        return parse_fail(ctx, "fault_error: '%s' is not an NVML error code", t_code);
+    if (delay) {
+        if (parse_u32(t_code, &f->delay_ms) != 0 || f->delay_ms == 0 ||
+            f->delay_ms > SIM_MAX_DELAY_MS) {
+            return parse_fail(ctx, "%s: '%s' is not a delay of 1 to %u ms", key, t_code,
+                              SIM_MAX_DELAY_MS);
+        }
+        f->code = NVML_SUCCESS;
+    } else {
+        if (parse_u32(t_code, &code) != 0 || code == NVML_SUCCESS || code > INT_MAX) {
+            return parse_fail(ctx, "%s: '%s' is not an NVML error code", key, t_code);
+        }
+        f->code = (int)code;
     }
-    f->code = (int)code;
     f->gpu = -1;
     if (strcmp(t_gpu, "-") != 0) {
         if (parse_u32(t_gpu, &gpu) != 0 || gpu > INT_MAX) {
-            return parse_fail(ctx, "fault_error: GPU '%s' is not an index", t_gpu);
+            return parse_fail(ctx, "%s: GPU '%s' is not an index", key, t_gpu);
         }
         f->gpu = (int)gpu;
     }
     f->times = -1;
     if (strcmp(t_times, "-") != 0) {
         if (parse_ull(t_times, &times) != 0 || times > LLONG_MAX) {
-            return parse_fail(ctx, "fault_error: TIMES '%s' is not a count", t_times);
+            return parse_fail(ctx, "%s: TIMES '%s' is not a count", key, t_times);
         }
         f->times = (long long)times;
     }
@@ -713,6 +742,10 @@ static int parse_line(parse_ctx *ctx, sim_machine *m, char *line) {
         if (n[0] != m->n_gpus) {
             return parse_fail(ctx, "gpu: expected GPU %zu next, got %u", m->n_gpus, n[0]);
         }
+        if (m->n_gpus >= SIM_MAX_GPUS) {
+            /* Before anything per GPU pair is allocated (two n x n tables). */
+            return parse_fail(ctx, "gpu: more than the limit of %d GPUs", SIM_MAX_GPUS);
+        }
         sim_gpu *gpus = grow(m->gpus, m->n_gpus, sizeof *gpus);
         if (gpus == NULL) {
             return parse_fail(ctx, "out of memory");
@@ -784,13 +817,13 @@ static int parse_late_line(parse_ctx *ctx, sim_machine *m, char *line) {
         m->p2p_nvlink[n[1] * m->n_gpus + n[0]] = (signed char)n[2];
         return 0;
     }
-    if (strcmp(key, "fault_error") == 0) {
-        if (parse_fault_error(ctx, m, value) != 0) {
+    if (strcmp(key, "fault_error") == 0 || strcmp(key, "fault_delay") == 0) {
+        if (parse_fault_call(ctx, m, key, value) != 0) {
             return -1;
         }
         int gpu = m->faults[m->n_faults - 1].gpu;
         if (gpu >= 0 && (size_t)gpu >= m->n_gpus) {
-            return parse_fail(ctx, "fault_error: GPU %d does not exist", gpu);
+            return parse_fail(ctx, "%s: GPU %d does not exist", key, gpu);
         }
         return 0;
     }

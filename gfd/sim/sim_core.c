@@ -10,9 +10,11 @@
 
 #include "nvmlsim.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define CONFIG_ENV "GFD_SIM_CONFIG"
 
@@ -50,17 +52,38 @@ static int find_gpu(nvmlDevice_t device, sim_gpu **gpu, sim_mig **mig) {
     return 0;
 }
 
+static int fault_matches(const sim_fault *f, const char *call, const int *gpus, int n_gpus) {
+    if (strcmp(f->call, call) != 0 || (f->times >= 0 && f->used >= f->times)) {
+        return 0;
+    }
+    int matches = f->gpu < 0;
+    for (int k = 0; k < n_gpus && !matches; k++) {
+        matches = f->gpu == gpus[k];
+    }
+    return matches;
+}
+
+/* Sleep the whole time: a signal does not end a hung driver's call either, so the
+ * process must cope with a call it cannot interrupt. The lock stays held, as NVML's
+ * own would. */
+static void sleep_ms(unsigned ms) {
+    struct timespec left = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+}
+
+/* Injected faults of a call: every matching delay, then the first matching error. */
 static nvmlReturn_t injected(const char *call, const int *gpus, int n_gpus) {
     for (size_t i = 0; i < g_machine->n_faults; i++) {
         sim_fault *f = &g_machine->faults[i];
-        if (strcmp(f->call, call) != 0 || (f->times >= 0 && f->used >= f->times)) {
-            continue;
+        if (f->delay_ms > 0 && fault_matches(f, call, gpus, n_gpus)) {
+            f->used++;
+            sleep_ms(f->delay_ms);
         }
-        int matches = f->gpu < 0;
-        for (int k = 0; k < n_gpus && !matches; k++) {
-            matches = f->gpu == gpus[k];
-        }
-        if (matches) {
+    }
+    for (size_t i = 0; i < g_machine->n_faults; i++) {
+        sim_fault *f = &g_machine->faults[i];
+        if (f->delay_ms == 0 && fault_matches(f, call, gpus, n_gpus)) {
             f->used++;
             return (nvmlReturn_t)f->code;
         }

@@ -3,7 +3,9 @@
 The export facts come from NVIDIA's real libraries (``../shared/reference/nvml-exports``, the
 ``.dynsym`` of 470.256.02, 525.147.05, 535.261.03 and 550.163.01); where those lists are at
 hand, the simulator of each branch is held against them. The reader, run on each branch,
-loses exactly the facts that branch cannot report, and nothing else.
+loses exactly the facts that branch cannot report, and nothing else. Any other driver version
+is served with the export set of the nearest emulated branch at or below it (before 470:
+470's, with a warning); only a text that is no driver version is refused.
 """
 
 from __future__ import annotations
@@ -16,8 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from gfd.facts import FabricInfo, NodeFacts
-from gfd.nvml.branches import EMULATED_BRANCHES, FIRST_EXPORTED_IN, LATEST_BRANCH, driver_branch
+from gfd.facts import FabricInfo, FactsError, NodeFacts
+from gfd.nvml.branches import (
+    EMULATED_BRANCHES,
+    FIRST_EXPORTED_IN,
+    LATEST_BRANCH,
+    NotADriverVersion,
+    driver_branch,
+    exported_in,
+    older_than_emulated,
+)
 from gfd.nvml.reader import NVML_CALLS
 from gfd.sim import configure_library, library_path, load_profile, prepare_machine, simulate
 from gfd.sim.branch_library import dynamic_exports
@@ -79,12 +89,12 @@ def test_branch_libraries_match_the_real_export_lists() -> None:
     """Every function the simulator implements is exported on a branch iff NVIDIA's is."""
     lists = oracle_path("nvml-exports")
     versions = sorted(lists.glob("libnvidia-ml.so.*.txt"))
-    assert {driver_branch(f.name.removeprefix("libnvidia-ml.so.")) for f in versions} == set(
+    assert {driver_branch(_version_of(listing)) for listing in versions} == set(
         EMULATED_BRANCHES[:-1]
     )
     functions = simulator_functions()
     for listing in versions:
-        version = listing.name.removeprefix("libnvidia-ml.so.").removesuffix(".txt")
+        version = _version_of(listing)
         real = set(listing.read_text().split())
         branch = driver_branch(version)
         wrong = sorted(
@@ -93,6 +103,11 @@ def test_branch_libraries_match_the_real_export_lists() -> None:
             if (name in real) != (branch >= FIRST_EXPORTED_IN.get(name, 470))
         )
         assert not wrong, f"{version}: the simulator's export set differs on {wrong}"
+
+
+def _version_of(listing: Path) -> str:
+    """``libnvidia-ml.so.470.256.02.txt`` → ``470.256.02``."""
+    return listing.name.removeprefix("libnvidia-ml.so.").removesuffix(".txt")
 
 
 @pytest.mark.parametrize("branch", EMULATED_BRANCHES)
@@ -123,14 +138,52 @@ def test_mig_on_470_reads_profiles_through_the_v1_call() -> None:
     assert ("nvmlDeviceGetGpuInstanceProfileInfoV", "NVML_ERROR_FUNCTION_NOT_FOUND") in calls
 
 
-@pytest.mark.parametrize("version", ["545.29.06", "390.157", "510.108.03"])
-def test_unknown_branch_is_refused_naming_the_file_and_field(version: str, tmp_path: Path) -> None:
-    text = load_profile("t4-single").source
+@pytest.mark.parametrize(
+    ("version", "branch"),
+    [
+        ("390.157", 470),
+        ("450.80.02", 470),
+        ("510.108.03", 470),
+        ("545.29.06", 535),
+        ("560.35.03", 550),
+        ("565.57.01", 550),
+        ("575.64.05", 570),
+        ("590.44.01", 570),
+    ],
+)
+def test_any_driver_is_served_with_the_nearest_emulated_branch_at_or_below(
+    version: str, branch: int, tmp_path: Path
+) -> None:
+    assert driver_branch(version) == branch
+    facts = dataclasses.replace(load_profile("t4-single").facts, driver_version=version)
+    machine = prepare_machine(facts, tmp_path)
+    served = {n for n in dynamic_exports(machine.nvml_dir / "libnvidia-ml.so.1") if n[:4] == "nvml"}
+    assert served == {n for n in simulator_functions() if exported_in(n, branch)}
+    # The machine reports the version it was given, not its branch's.
+    assert "driver_version " + version in machine.config_path.read_text().splitlines()
+
+
+def test_a_driver_older_than_470_is_served_as_470_with_one_warning(tmp_path: Path) -> None:
     profile = tmp_path / "node.yaml"
-    original = Path(text).read_text()
-    profile.write_text(
-        original.replace("driver_version: 535.261.03", f"driver_version: '{version}'")
+    original = Path(load_profile("t4-single").source).read_text()
+    profile.write_text(original.replace("driver_version: 535.261.03", "driver_version: 450.80.02"))
+    done = subprocess.run(
+        [sys.executable, "-m", "gfd.sim", str(profile), str(tmp_path / "machine")],
+        capture_output=True,
+        text=True,
     )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "driver 450.80.02 is older than branch 470" in line
+    assert "served with 470's export set" in line
+    assert older_than_emulated("470.256.02") is None
+    assert older_than_emulated("not a version") is None
+
+
+def test_what_is_no_driver_version_is_refused_naming_the_file_and_field(tmp_path: Path) -> None:
+    profile = tmp_path / "node.yaml"
+    original = Path(load_profile("t4-single").source).read_text()
+    profile.write_text(original.replace("driver_version: 535.261.03", "driver_version: custom"))
     done = subprocess.run(
         [sys.executable, "-m", "gfd.sim", str(profile), str(tmp_path / "machine")],
         capture_output=True,
@@ -139,8 +192,14 @@ def test_unknown_branch_is_refused_naming_the_file_and_field(version: str, tmp_p
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     (line,) = done.stderr.strip().splitlines()
-    assert f"{profile}: driver_version: driver branch {version.split('.')[0]}" in line
-    assert "470, 525, 535, 550 and 570 or later" in line
+    assert f"{profile}: driver_version: 'custom' is not an NVIDIA driver version" in line
+
+
+@pytest.mark.parametrize("text", ["", "custom-build", "v550.54.15", "550.x", "550.54.15 "])
+def test_texts_that_are_no_driver_version_are_refused(text: str) -> None:
+    facts = dataclasses.replace(load_profile("t4-single").facts, driver_version=text)
+    with pytest.raises(FactsError, match="driver_version: .* is not an NVIDIA driver version"):
+        prepare_machine(facts, Path("/nonexistent/never-written"))
 
 
 @pytest.mark.parametrize(
@@ -166,5 +225,7 @@ def test_versions_map_to_branches() -> None:
     assert driver_branch("470.256.02") == 470
     assert driver_branch("580.105.08") == LATEST_BRANCH
     assert driver_branch("595.1") == LATEST_BRANCH
-    # NVML's version text is opaque when it names no number: served as the latest.
-    assert driver_branch("custom-build") == LATEST_BRANCH
+    assert driver_branch("550") == 550
+    assert driver_branch("550.54.15.1") == 550
+    with pytest.raises(NotADriverVersion):
+        driver_branch("custom-build")
