@@ -80,6 +80,48 @@ RUN --mount=type=secret,id=pipcert \
     && find "$site/kubernetes" -name '*.py' -delete \
     && /opt/gfd/bin/python -I -c "import gfd.topology._builder, gfd.sim, gfd.metrics, gfd.sinks.kube, kubernetes.client, kubernetes.config, prometheus_client"
 
+# SBOM of /opt/gfd exactly as the image ships it (after the removals above), in
+# CycloneDX, by cyclonedx-bom's "environment" mode, which asks that environment's own
+# interpreter for its distributions. The tool runs here, beside the environment it
+# describes, so the SBOM needs no copy of the image's files and nothing on the build
+# machine. Only scripts/build-image.sh builds this stage (--target sbom); the image does
+# not depend on it and carries neither the tool nor the file. The tool's wheels are
+# pinned by sha256 (pip --require-hashes, no dependency resolution): what its
+# "environment" command imports and no more (JSON schema validation would add binary
+# wheels per architecture), and chardet's pure-Python wheel, the one hash given, so
+# the same pins serve amd64 and arm64. To move to a newer cyclonedx-bom, pip download
+# it with its dependencies and take the sha256 of each of these files.
+FROM build AS sbom-tool
+
+RUN --mount=type=secret,id=pipcert \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && printf '%s\n' \
+        "cyclonedx-bom==7.5.0 --hash=sha256:a3020e225107214a66cb9c79ae83e3a71640a06d4ff3a0e2f9cb0d238f7061fd" \
+        "cyclonedx-python-lib==11.12.0 --hash=sha256:0e807521a921a5c3cb8ce1153f8a61d29eedfe76a46aac2796b7c6b573391a54" \
+        "packageurl-python==0.17.6 --hash=sha256:31a85c2717bc41dd818f3c62908685ff9eebcb68588213745b14a6ee9e7df7c9" \
+        "py-serializable==2.2.0 --hash=sha256:2cce775abc5aac12115f9ff572a145c7276d04a770090334bd4e51ed9c782415" \
+        "defusedxml==0.7.1 --hash=sha256:a352e7e428770286cc899e2542b6cdaedb2b4953ff269a210103ec58f6198a61" \
+        "sortedcontainers==2.4.0 --hash=sha256:a163dcaede0f1c021485e957a39245190e74249897e2ae4b2aa38595db237ee0" \
+        "license-expression==30.4.4 --hash=sha256:421788fdcadb41f049d2dc934ce666626265aeccefddd25e162a26f23bcbf8a4" \
+        "boolean-py==5.0 --hash=sha256:ef28a70bd43115208441b53a045d1549e2f0ec6e3d08a9d142cbc41c1938e8d9" \
+        "packaging==26.4 --hash=sha256:81383611a09c1bc0b08b76e0fd5829d7c6824c65b27a6aee339da133f4233ea2" \
+        "typing-extensions==4.16.0 --hash=sha256:481caa481374e813c1b176ada14e97f1f67a4539ce9cfeb3f350d78d6370c2e8" \
+        "pip-requirements-parser==32.0.1 --hash=sha256:4659bc2a667783e7a15d190f6fccf8b2486685b6dba4c19c3876314769c57526" \
+        "pyparsing==3.3.3 --hash=sha256:ece8c00a69cf01b45d0b1dedabb469c90d8caf996d4fda40f147627a122849a4" \
+        "chardet==7.7.0 --hash=sha256:11cf9b719ea3675a2a7d8a3071bbe4d7ea24b26bfe39a51588d515ddd05cacad" \
+        >/tmp/sbom-tool.txt \
+    && python3 -m venv --without-pip /opt/sbom-tool \
+    && /opt/build-venv/bin/pip --python /opt/sbom-tool/bin/python install --require-hashes \
+        --no-deps --only-binary :all: -r /tmp/sbom-tool.txt \
+    && /opt/sbom-tool/bin/cyclonedx-py environment --no-validate --output-reproducible \
+        --pyproject /src/pyproject.toml --mc-type application \
+        --output-file /gfd.cdx.json /opt/gfd/bin/python
+
+# Only the file, so that `docker build --target sbom --output type=local,dest=DIR`
+# writes it alone into DIR.
+FROM scratch AS sbom
+COPY --from=sbom-tool /gfd.cdx.json /gfd.cdx.json
+
 # The runtime's root filesystem: the base and Debian's python3, without what only
 # installing packages needs. apt with its caches and perl-base (only package scripts
 # run it) are purged: the image is rebuilt, never upgraded in place; apt's package

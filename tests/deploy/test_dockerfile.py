@@ -4,6 +4,7 @@ stage, non-root, the reference's command path, and a context without local junk.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -65,10 +66,19 @@ def test_no_syntax_directive() -> None:
     assert not first.lower().replace(" ", "").startswith("#syntax=")
 
 
+def named_stages() -> dict[str, list[str]]:
+    """Stages by their ``AS`` name; the unnamed last one (the image) as ``""``."""
+    named: dict[str, list[str]] = {}
+    for stage in stages():
+        words = stage[0].split()
+        named[words[-1] if words[-2].upper() == "AS" else ""] = stage
+    return named
+
+
 def test_build_rootfs_and_a_final_stage_without_build_tools() -> None:
-    build, rootfs, final = stages()
-    assert build[0].endswith(" AS build")
-    assert rootfs[0].endswith(" AS rootfs")
+    named = named_stages()
+    build, rootfs, final = named["build"], named["rootfs"], named[""]
+    assert stages()[-1] == final  # the image is the last stage: what a plain build makes
     assert any("pip wheel" in step for step in build)
     for tool in ("gcc", "python3-dev", "python3-venv", "libc6-dev", "pip install", "pip wheel"):
         assert tool not in "\n".join(rootfs + final), tool
@@ -81,6 +91,23 @@ def test_build_rootfs_and_a_final_stage_without_build_tools() -> None:
     assert any("dpkg --purge" in step and " apt " in step for step in rootfs)
     # The environment that is copied never had pip or setuptools in it.
     assert any("python3 -m venv --without-pip /opt/gfd" in step for step in build)
+
+
+def test_sbom_stage_is_hash_pinned_and_not_in_the_image() -> None:
+    named = named_stages()
+    tool, sbom = named["sbom-tool"], named["sbom"]
+    assert tool[0] == "FROM build AS sbom-tool"
+    (install,) = [step for step in tool if "pip" in step and " install " in step]
+    assert "--require-hashes" in install and "--no-deps" in install
+    pins = re.findall(r'"([A-Za-z0-9_.-]+)==([^ ]+) --hash=sha256:([0-9a-f]{64})"', install)
+    assert {name for name, _, _ in pins} >= {"cyclonedx-bom", "cyclonedx-python-lib"}
+    assert len(pins) == install.count("==")  # every pinned line has its hash
+    assert "cyclonedx-py environment" in install and "/opt/gfd/bin/python" in install
+    assert [step for step in sbom if step.startswith(("COPY", "RUN"))] == [
+        "COPY --from=sbom-tool /gfd.cdx.json /gfd.cdx.json"
+    ]
+    # Neither the tool nor the SBOM reaches the image.
+    assert not any("sbom" in step for step in named[""])
 
 
 def test_runtime_identity() -> None:
