@@ -63,7 +63,8 @@ _WHY = {
 
 
 class FactsLimitError(FactsError, ConfigError):
-    """A facts document (or a machine) has more of something than any real node can have."""
+    """A facts document has more of something than any real node can have (a machine that
+    reports such counts is :class:`gfd.nvml.reader.NvmlBeyondLimits`)."""
 
 
 def limit_problem(count: int, limit: int, what: str, *, at_least: bool = False) -> str:
