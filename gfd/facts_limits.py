@@ -23,6 +23,7 @@ reports it as a usage error (exit 2), the input itself being beyond what gfd acc
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import ConfigError, FactsError
@@ -38,6 +39,19 @@ MAX_MIG_DEVICES = 16
 MAX_NVLINKS = 36
 #: Entries of ``pci_pairs`` and of ``nvlink_p2p``: one per pair of GPUs at most.
 MAX_GPU_PAIRS = MAX_GPUS * (MAX_GPUS - 1) // 2
+
+
+@dataclass(frozen=True)
+class MachineLimits:
+    """What the NVML reader refuses to read past. A parameter of the reader, so a test can
+    hold a real (simulated) machine to a lower limit instead of faking NVML's counts."""
+
+    gpus: int = MAX_GPUS
+    mig_devices: int = MAX_MIG_DEVICES
+    nvlinks: int = MAX_NVLINKS
+
+
+MACHINE_LIMITS = MachineLimits()
 
 #: The bounded lists, by their place in a facts document ("*": any item of a list), with
 #: their limit and what they count.

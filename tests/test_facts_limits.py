@@ -13,26 +13,25 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import pynvml
 import pytest
 
 from gfd.cli import main as gfd_main
 from gfd.errors import ConfigError
 from gfd.facts import FactsError, facts_from_dict, facts_to_dict, load_facts_text
 from gfd.facts_limits import (
+    MACHINE_LIMITS,
     MAX_GPU_PAIRS,
     MAX_GPUS,
     MAX_MIG_DEVICES,
     MAX_NVLINKS,
     FactsLimitError,
+    MachineLimits,
     check_document_bounds,
 )
-from gfd.nvml.reader import NvmlBeyondLimits, read_facts
+from gfd.nvml.reader import NvmlBeyondLimits, NvmlReader
 from gfd.sim import load_profile, simulate
 
 
@@ -192,43 +191,47 @@ def test_ten_thousand_gpus_as_a_process(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- #
-# A machine (NVML itself) reporting absurd counts. The simulator cannot be such a machine
-# (it refuses machine files past the limits, tests/sim/test_sim_limits.py), so NVML's
-# answer is replaced for the call under test.
+# A machine (NVML itself) reporting more than the limits. The simulator cannot be a machine
+# past the real limits (it refuses such machine files, tests/sim/test_sim_limits.py), so a
+# simulated machine is held to lower limits, through the reader's own parameter.
 
 
-def _read_with(profile: str, call: str, answer: Callable[..., Any]) -> NvmlBeyondLimits:
-    calls: list[str] = []
-    original = getattr(pynvml, call)
-    handle_by_index = pynvml.nvmlDeviceGetHandleByIndex
-
-    def counting(*args: Any) -> Any:
-        calls.append("handle")
-        return handle_by_index(*args)
-
-    with pytest.MonkeyPatch.context() as patch, simulate(profile) as machine:
-        patch.setattr(pynvml, call, lambda *args: answer(original, *args))
-        patch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", counting)
+def _refused(profile: str, limits: MachineLimits) -> tuple[NvmlBeyondLimits, int]:
+    """The reader's refusal of ``profile`` under ``limits``, and the NVML calls it made."""
+    with simulate(profile) as machine:
+        reader = NvmlReader(
+            library_path=machine.library_path, sysfs_root=machine.sysfs_root, limits=limits
+        )
         with pytest.raises(NvmlBeyondLimits) as raised:
-            read_facts(library_path=machine.library_path, sysfs_root=machine.sysfs_root)
-    if call == "nvmlDeviceGetCount":
-        assert calls == [], "nothing per GPU is asked of a machine past the limit"
-    return raised.value
+            reader.read()
+    return raised.value, reader.last_calls
 
 
-def test_a_machine_reporting_ten_thousand_gpus_is_refused_before_reading_any() -> None:
-    error = _read_with("t4-single", "nvmlDeviceGetCount", lambda _original: 10_000)
-    assert str(error) == (
-        "NVML nvmlDeviceGetCount reported 10000 GPUs, more than the limit of 128 "
-        "(the largest nodes have 16 to 20; a GB200 NVL72 tray has 4)"
-    )
-
-
-def test_a_gpu_reporting_a_million_mig_slots_is_refused() -> None:
-    error = _read_with(
-        "dgx-a100-mig-single", "nvmlDeviceGetMaxMigDeviceCount", lambda _original, _h: 10**6
-    )
+def test_a_machine_with_more_gpus_than_the_limit_is_refused_before_reading_any() -> None:
+    error, calls = _refused("dgx-h100", MachineLimits(gpus=4))
     assert str(error).startswith(
-        "NVML nvmlDeviceGetMaxMigDeviceCount of GPU 0 reported 1000000 MIG devices, "
-        f"more than the limit of {MAX_MIG_DEVICES}"
+        "NVML nvmlDeviceGetCount reported 8 GPUs, more than the limit of 4"
+    )
+    # Nothing is asked per GPU: fewer calls than the machine has GPUs.
+    assert calls < 8, calls
+
+
+def test_a_gpu_with_more_mig_slots_than_the_limit_is_refused() -> None:
+    error, _ = _refused("dgx-a100-mig-single", MachineLimits(mig_devices=3))
+    assert str(error).startswith(
+        "NVML nvmlDeviceGetMaxMigDeviceCount of GPU 0 reported 7 MIG devices, "
+        "more than the limit of 3"
+    )
+
+
+def test_a_gpu_with_more_nvlinks_than_the_limit_is_refused() -> None:
+    error, _ = _refused("dgx-h100", MachineLimits(nvlinks=4))
+    assert "reported 18 NVLinks, more than the limit of 4" in str(error)
+
+
+def test_the_reader_s_default_limits_are_the_documented_ones() -> None:
+    assert (MACHINE_LIMITS.gpus, MACHINE_LIMITS.mig_devices, MACHINE_LIMITS.nvlinks) == (
+        MAX_GPUS,
+        MAX_MIG_DEVICES,
+        MAX_NVLINKS,
     )

@@ -51,7 +51,7 @@ from gfd.facts import (
     VgpuInfo,
     cpulist_from_ids,
 )
-from gfd.facts_limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_NVLINKS, limit_problem
+from gfd.facts_limits import MACHINE_LIMITS, MachineLimits, limit_problem
 from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded, read_bounded_text
 from gfd.vgpu import read_vgpu
 
@@ -232,9 +232,10 @@ class _Session:
     ``absences`` collects, per call, the cause that made an optional fact absent.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, limits: MachineLimits = MACHINE_LIMITS) -> None:
         self.calls = 0
         self.absences: dict[str, str] = {}
+        self.limits = limits
 
     def required(self, call: str, fn: Callable[..., T], *args: Any) -> T:
         self.calls += 1
@@ -271,17 +272,20 @@ def read_facts(
     sysfs_root: Path = DEFAULT_SYSFS_ROOT,
     machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
     on_absent: Callable[[str, str], None] | None = None,
+    limits: MachineLimits = MACHINE_LIMITS,
 ) -> NodeFacts:
     """Read every fact gfd uses from NVML and sysfs in one pass, on an NVML session of its own.
 
     ``on_absent(call, cause)`` hears of each optional call whose fact is absent and why
-    (``NVML_ERROR_FUNCTION_NOT_FOUND``...), once per call per read.
+    (``NVML_ERROR_FUNCTION_NOT_FOUND``...), once per call per read. A machine reporting more
+    than ``limits`` is refused (:class:`gfd.errors.NvmlBeyondLimits`) before it is read.
     """
     reader = NvmlReader(
         library_path=library_path,
         sysfs_root=sysfs_root,
         machine_type_file=machine_type_file,
         on_absent=on_absent,
+        limits=limits,
     )
     try:
         return reader.read()
@@ -323,11 +327,13 @@ class NvmlReader:
         sysfs_root: Path = DEFAULT_SYSFS_ROOT,
         machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
         on_absent: Callable[[str, str], None] | None = None,
+        limits: MachineLimits = MACHINE_LIMITS,
     ) -> None:
         self.library_path = library_path
         self.sysfs_root = sysfs_root
         self.machine_type_file = machine_type_file
         self.on_absent = on_absent
+        self.limits = limits
         self._cache = _ReadCache()
         self._reads_in_session = 0
         #: NVML calls made by the last read (tests and benchmarks compare them).
@@ -347,7 +353,7 @@ class NvmlReader:
                 _session_owner = self
                 self._cache = _ReadCache()
                 self._reads_in_session = 0
-            session = _Session()
+            session = _Session(self.limits)
             try:
                 facts = _read_all(session, self.sysfs_root, self.machine_type_file, self._cache)
             except BaseException:
@@ -448,7 +454,7 @@ def _read_all(
     )
     count = nv.required("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
     # Before anything that grows with it (one call per pair of GPUs, among others).
-    _within_limit("nvmlDeviceGetCount", None, int(count), MAX_GPUS, "GPUs")
+    _within_limit("nvmlDeviceGetCount", None, int(count), nv.limits.gpus, "GPUs")
     handles = [
         _on_gpu(i, nv.required, "nvmlDeviceGetHandleByIndex", pynvml.nvmlDeviceGetHandleByIndex, i)
         for i in range(count)
@@ -699,7 +705,11 @@ def _read_gpu_static(nv: _Session, handle: Any, name: str, sysfs_root: Path) -> 
 def _read_nvlinks(nv: _Session, index: int, handle: Any, static: _GpuStatic) -> tuple[NvLink, ...]:
     if static.link_count is _UNREAD:
         static.link_count = _within_limit(
-            "nvmlDeviceGetFieldValues", index, _nvlink_count(nv, handle), MAX_NVLINKS, "NVLinks"
+            "nvmlDeviceGetFieldValues",
+            index,
+            _nvlink_count(nv, handle),
+            nv.limits.nvlinks,
+            "NVLinks",
         )
     links: list[NvLink] = []
     for link in range(static.link_count):
@@ -775,7 +785,11 @@ def _read_mig_devices(
             "nvmlDeviceGetMaxMigDeviceCount", pynvml.nvmlDeviceGetMaxMigDeviceCount, handle
         )
         static.mig_slots = _within_limit(
-            "nvmlDeviceGetMaxMigDeviceCount", gpu, int(slots), MAX_MIG_DEVICES, "MIG devices"
+            "nvmlDeviceGetMaxMigDeviceCount",
+            gpu,
+            int(slots),
+            nv.limits.mig_devices,
+            "MIG devices",
         )
     devices: list[MigDevice] = []
     for index in range(static.mig_slots):
