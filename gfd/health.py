@@ -42,7 +42,7 @@ from typing import Any, Protocol
 from gfd.config import Sharing
 from gfd.errors import GfdError, NvmlGpuLost
 from gfd.facts import Gpu, NodeFacts
-from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, read_bounded_text
+from gfd.pci import PCI_DEVICES, is_nvidia_display, sysfs_bus_id
 
 CONDITION_TYPE = "GPUHealthy"
 HEALTH_LABEL = "nvidia.com/gpu.health"
@@ -69,9 +69,6 @@ DEFAULT_GRACE_PERIOD = 300.0
 #: The longest condition message gfd writes (kubectl shows it whole).
 MAX_MESSAGE = 1024
 
-NVIDIA_VENDOR_ID = 0x10DE
-#: PCI base class of display controllers (VGA 0x0300, 3D 0x0302).
-DISPLAY_BASE_CLASS = 0x03
 #: The driver whose GPUs NVML sees; a device bound to any other is left alone.
 NVIDIA_DRIVER = "nvidia"
 
@@ -125,7 +122,7 @@ class PciScanner:
 
     def __init__(self, sysfs_root: Path) -> None:
         # Plain strings: per cycle, pathlib's joins would cost more than the scan itself.
-        self._dir = os.path.join(sysfs_root, "bus", "pci", "devices")
+        self._dir = os.path.join(sysfs_root, PCI_DEVICES)
         self._candidate: dict[str, bool] = {}
 
     def scan(self) -> tuple[PciGpu, ...] | None:
@@ -154,12 +151,8 @@ class PciScanner:
 
     @staticmethod
     def _is_nvidia_gpu(device: str) -> bool:
-        vendor = _read_hex(Path(device, "vendor"))
-        pci_class = _read_hex(Path(device, "class"))
-        if vendor != NVIDIA_VENDOR_ID or pci_class is None:
-            return False
         # An SR-IOV virtual function (vGPU on a host) is not a GPU NVML lists.
-        return pci_class >> 16 == DISPLAY_BASE_CLASS and not os.path.lexists(f"{device}/physfn")
+        return is_nvidia_display(Path(device)) and not os.path.lexists(f"{device}/physfn")
 
     @staticmethod
     def _driver(device: str) -> str | None:
@@ -167,22 +160,6 @@ class PciScanner:
             return os.path.basename(os.readlink(f"{device}/driver"))
         except OSError:
             return None
-
-
-def _read_hex(path: Path) -> int | None:
-    try:
-        return int(read_bounded_text(path, SYSFS_ATTRIBUTE_LIMIT).strip(), 16)
-    except (OSError, ValueError):
-        return None
-
-
-def sysfs_address(nvml_bus_id: str) -> str:
-    """``00000000:8A:00.0`` (NVML) → ``0000:8a:00.0`` (sysfs); anything else lowered."""
-    domain, colon, rest = nvml_bus_id.partition(":")
-    try:
-        return f"{int(domain, 16):04x}:{rest.lower()}" if colon else nvml_bus_id.lower()
-    except ValueError:
-        return nvml_bus_id.lower()
 
 
 # --------------------------------------------------------------------------- #
@@ -354,7 +331,7 @@ class HealthMonitor:
 
     def _remember(self, gpus: Iterable[Gpu]) -> None:
         for gpu in gpus:
-            address = sysfs_address(gpu.bus_id)
+            address = sysfs_bus_id(gpu.bus_id)
             self._names_by_address[address] = gpu.index
             self._addresses_by_index[gpu.index] = address
 
@@ -370,7 +347,7 @@ class HealthMonitor:
         on_bus = self._pci.scan()
         if on_bus is None:
             return CheckResult(GPU_LOST, UNKNOWN)
-        visible = {sysfs_address(gpu.bus_id) for gpu in facts.gpus}
+        visible = {sysfs_bus_id(gpu.bus_id) for gpu in facts.gpus}
         problems = tuple(
             Problem(
                 GPU_LOST,
@@ -399,7 +376,7 @@ class HealthMonitor:
                     Problem(
                         NVLINK,
                         REASON_NVLINK,
-                        f"{gpu_name(gpu.index, sysfs_address(gpu.bus_id))}: NVLink{plural} "
+                        f"{gpu_name(gpu.index, sysfs_bus_id(gpu.bus_id))}: NVLink{plural} "
                         f"{links} down (active earlier)",
                     )
                 )

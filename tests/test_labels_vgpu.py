@@ -11,18 +11,10 @@ from gfd.facts import FactsError, NodeFacts, VgpuInfo
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.vgpu import PRESENT_KEY, UNREADABLE_REASON, vgpu_labels
 from gfd.nvml.reader import read_facts
+from gfd.nvml.vgpu import host_driver, is_vgpu_capability, read_vgpu, vgpu_from_functions
+from gfd.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 from gfd.sim import SimulationProfile, load_profile, simulate
 from gfd.sim.pci_config import config_space
-from gfd.vgpu import (
-    PciFunction,
-    UnreadableConfig,
-    host_driver,
-    is_vgpu_capability,
-    nvidia_display_functions,
-    read_vgpu,
-    vendor_capability,
-    vgpu_from_functions,
-)
 from tests.factories import make_facts
 
 P = "nvidia.com/"

@@ -12,7 +12,8 @@ import pytest
 
 from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady
 from gfd.facts import NodeFacts
-from gfd.nvml.reader import read_facts, sysfs_bus_id
+from gfd.nvml.reader import read_facts
+from gfd.pci import sysfs_bus_id
 from gfd.sim import SimulationProfile, load_profile, simulate
 from gfd.sim.faults import CallError, Faults, GpuLost
 

@@ -52,8 +52,9 @@ from gfd.facts import (
     cpulist_from_ids,
 )
 from gfd.facts_limits import MACHINE_LIMITS, MachineLimits, limit_problem
-from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded, read_bounded_text
-from gfd.vgpu import read_vgpu
+from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
+from gfd.nvml.vgpu import read_vgpu
+from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
 
 DEFAULT_SYSFS_ROOT = Path("/sys")
 DEFAULT_MACHINE_TYPE_FILE = Path("/sys/class/dmi/id/product_name")
@@ -684,13 +685,13 @@ def _read_gpu_static(nv: _Session, handle: Any, name: str, sysfs_root: Path) -> 
     affinity = nv.optional(
         "nvmlDeviceGetCpuAffinity", pynvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS
     )
-    sysfs_dir = sysfs_root / "bus" / "pci" / "devices" / sysfs_bus_id(bus_id)
+    sysfs_dir = sysfs_root / PCI_DEVICES / sysfs_bus_id(bus_id)
     return _GpuStatic(
         name=name,
         bus_id=bus_id,
         # 0 is no real device id: NVML leaves it zero when it cannot tell.
         pci_device_id=int(pci.pciDeviceId) or None,
-        pci_class=_read_sysfs_int(sysfs_dir / "class", base=16),
+        pci_class=read_hex(sysfs_dir / "class"),
         memory_total_bytes=int(memory.total) if memory is not None else None,
         compute_major=int(compute[0]) if compute is not None else None,
         compute_minor=int(compute[1]) if compute is not None else None,
@@ -953,22 +954,8 @@ def _affinity_to_cpulist(words: Any) -> str:
     return cpulist_from_ids(cpus)
 
 
-def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """``00000000:1B:00.0`` (NVML) → ``0000:1b:00.0`` (sysfs)."""
-    domain, rest = nvml_bus_id.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
-
-
-def _read_sysfs_int(path: Path, base: int) -> int | None:
-    # Bounded: a tree that is not the kernel's (a FIFO, /dev/zero) must not hang a cycle.
-    try:
-        return int(read_bounded_text(path, SYSFS_ATTRIBUTE_LIMIT).strip(), base)
-    except (OSError, ValueError):  # InputRejected and UnicodeDecodeError are ValueErrors
-        return None
-
-
 def _read_numa_node(path: Path) -> int | None:
-    node = _read_sysfs_int(path, base=10)
+    node = read_sysfs_int(path, base=10)
     return None if node is None or node < 0 else node
 
 

@@ -22,8 +22,9 @@ from gfd.facts import (
 )
 from gfd.facts_limits import MAX_MIG_DEVICES
 from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branch, exported_in
+from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
+from gfd.pci import DISPLAY_BASE_CLASS
 from gfd.sim.faults import Faults
-from gfd.vgpu import DISPLAY_BASE_CLASS, HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 
 MAGIC = "gfdsim-config 1"
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gfd.facts import NodeFacts
+from gfd.pci import NVIDIA_VENDOR_ID, PCI_DEVICES, sysfs_bus_id
 from gfd.sim.pci_config import config_space
 
-PCI_DEVICES = Path("bus") / "pci" / "devices"
 #: Lines of a type-0 function's ``resource`` file: 6 BARs, the ROM, 4 SR-IOV/bridge windows
 #: and the two the kernel appends; unused regions are all zero.
 RESOURCE_LINES = 13
@@ -32,13 +32,6 @@ _MEM_FLAGS = 0x40200
 _PREFETCH64_FLAGS = 0x14220C
 _MIB = 1 << 20
 DMI_PRODUCT_NAME = Path("class") / "dmi" / "id" / "product_name"
-NVIDIA_VENDOR_ID = 0x10DE
-
-
-def sysfs_bus_id(nvml_bus_id: str) -> str:
-    """``00000000:1B:00.0`` (NVML) → ``0000:1b:00.0`` (sysfs: 4-digit domain, lower case)."""
-    domain, rest = nvml_bus_id.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
 
 
 def _resource_table(gpu_index: int, memory_bytes: int | None) -> str:

@@ -20,6 +20,7 @@ import pytest
 from gfd.errors import NvmlGpuLost
 from gfd.facts import NodeFacts, NvLink, PciPair
 from gfd.nvml.reader import NvmlReader, read_facts
+from gfd.pci import PCI_DEVICES, sysfs_bus_id
 from gfd.sim import (
     Faults,
     GpuLost,
@@ -29,7 +30,6 @@ from gfd.sim import (
     load_profile,
     simulate,
 )
-from gfd.sim.sysfs_tree import PCI_DEVICES, sysfs_bus_id
 from tests.sim import read_simulated
 
 READS = ["one-shot reads", "one session"]
