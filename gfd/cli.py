@@ -558,10 +558,10 @@ def command_run(
     finally:
         for reader in opened:
             reader.close()
-        watchdog.close()
         _restore_signal_handlers(previous)
         factory.close()
         endpoint.close()
+        watchdog.close()
 
 
 class HealthSetup:
@@ -760,6 +760,8 @@ class StopWatchdog:
         self._grace = grace
         self._exit_now = exit_now
         self._done = threading.Event()
+        #: A stop signal came: from then on only the process's end stands the watchdog down.
+        self._stopping = threading.Event()
         self._read, self._write = os.pipe()
         # The C-level handler must never block; a full pipe only drops a byte.
         os.set_blocking(self._write, False)
@@ -779,6 +781,7 @@ class StopWatchdog:
             if stops.isdisjoint(received):
                 continue  # SIGHUP: a reload, handled by the loop
             self._control.request_stop()
+            self._stopping.set()
             if self._done.wait(self._grace):
                 return
             self._say_stopping_now()
@@ -802,9 +805,16 @@ class StopWatchdog:
             os.write(2, (line + "\n").encode())
 
     def close(self) -> None:
-        """The run is over: stop watching, give the wakeup descriptor back."""
-        self._done.set()
+        """The run is over: stop watching, give the wakeup descriptor back.
+
+        After a stop signal the countdown goes on: what runs after the loop (closing
+        readers, sinks, the metrics endpoint, the interpreter's own exit) is held to the
+        same second as the loop itself; a process that ends sooner ends the thread too.
+        """
         signal.set_wakeup_fd(self._previous)
+        if self._stopping.is_set() and self._thread.is_alive():
+            return
+        self._done.set()
         os.close(self._write)
         self._thread.join(timeout=self._grace)
         os.close(self._read)
