@@ -9,8 +9,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ import pytest
 from gfd.facts import dump_facts, load_facts_text
 from gfd.sim import load_profile
 from tests.nfd_rules import read_features_dir
+from tests.reliability.agent_process import running_gfd
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -32,23 +31,6 @@ def gfd(
         timeout=timeout,
         env={**os.environ, **(env or {})},
     )
-
-
-@contextmanager
-def running(*args: str) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gfd", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        if process.stdout is not None and not process.stdout.closed:
-            process.communicate(timeout=10)
 
 
 def wait_for(predicate, timeout: float = 20.0) -> bool:  # type: ignore[no-untyped-def]
@@ -191,7 +173,9 @@ def test_oneshot_failure_is_non_zero_with_one_line_reason(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_sigterm_stops_the_periodic_agent_promptly(tmp_path: Path) -> None:
     output = tmp_path / "gfd"
-    with running("--simulate", "dgx-h100", "--sleep-interval", "60s", "-o", str(output)) as process:
+    with running_gfd(
+        "--simulate", "dgx-h100", "--sleep-interval", "60s", "-o", str(output)
+    ) as process:
         assert wait_for(output.exists), "first cycle did not write the file"
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=5)
@@ -202,7 +186,7 @@ def test_sigterm_stops_the_periodic_agent_promptly(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sigint_stops_too(tmp_path: Path) -> None:
     output = tmp_path / "gfd"
-    with running(
+    with running_gfd(
         "--simulate", "t4-single", "--sleep-interval", "60s", "-o", str(output)
     ) as process:
         assert wait_for(output.exists)
@@ -217,7 +201,7 @@ def test_sighup_reloads_the_config_file(tmp_path: Path) -> None:
     config.write_text(
         f"version: v1\nflags:\n  gfd:\n    outputFile: {first}\n    noTimestamp: true\n"
     )
-    with running(
+    with running_gfd(
         "--simulate", "t4-single", "--sleep-interval", "60s", "--config-file", str(config)
     ) as process:
         assert wait_for(first.exists)
@@ -258,7 +242,7 @@ def test_init_failure_then_recovery_without_restart(tmp_path: Path) -> None:
     """With --fail-on-init-error=false the agent retries with backoff (1 s, 2 s, ...) and labels once NVML is up."""
     output = tmp_path / "gfd"
     profile = profile_with_faults(tmp_path, "t4-single", "faults:\n  driver_not_loaded_inits: 2\n")
-    with running(
+    with running_gfd(
         "--simulate",
         profile,
         "--sleep-interval",

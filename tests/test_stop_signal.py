@@ -13,11 +13,8 @@ import ctypes
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,6 +34,7 @@ from gfd.sim import (
 from gfd.sim.faults import faults_to_dict
 from gfd.sinks import Publication
 from tests.factories import make_facts
+from tests.reliability.agent_process import running_gfd
 
 #: Generous: a stop takes well under a second; a loaded CI machine must not fail the test.
 EXIT_TIMEOUT = 10
@@ -171,22 +169,6 @@ def in_nanosleep(pid: int) -> bool:
         return False
 
 
-@contextmanager
-def gfd_process(*args: str) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gfd", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.communicate(timeout=EXIT_TIMEOUT)
-
-
 def stop_when_slow(process: subprocess.Popen[str]) -> tuple[int, str, bool]:
     """SIGTERM once the process sleeps in a delayed NVML call; (exit code, stderr, whether
     the call was seen). Where /proc shows no wait channel, after a few seconds anyway."""
@@ -212,7 +194,7 @@ def test_sigterm_ends_a_run_held_in_an_nvml_call_that_never_returns(
     hung = CallDelay(call="nvmlDeviceGetName", seconds=600)
     output = tmp_path / "gfd"
     profile = slow_profile(tmp_path, "t4-single", hung)
-    with gfd_process("--simulate", str(profile), "-o", str(output), *mode) as process:
+    with running_gfd("--simulate", str(profile), "-o", str(output), *mode) as process:
         code, stderr, seen = stop_when_slow(process)
     assert code == 0, stderr
     assert "Traceback" not in stderr
@@ -227,7 +209,7 @@ def test_sigterm_ends_a_slow_cycle_between_two_calls(tmp_path: Path) -> None:
     slow = CallDelay(call="nvmlDeviceGetTopologyCommonAncestor", seconds=0.3)
     output = tmp_path / "gfd"
     profile = slow_profile(tmp_path, "dgx-h100", slow)
-    with gfd_process(
+    with running_gfd(
         "--simulate", str(profile), "-o", str(output), "--sleep-interval", "60s"
     ) as process:
         code, stderr, _ = stop_when_slow(process)

@@ -7,6 +7,7 @@ the bundled ones, so a case states only what goes wrong.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import io
@@ -19,7 +20,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +272,21 @@ def write_previous_file(path: Path, labels: Mapping[str, str]) -> tuple[bytes, i
     long_ago = time.time() - 60
     os.utime(path.parent, (long_ago, long_ago))
     return file_state(path)
+
+
+@contextlib.contextmanager
+def running_gfd(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """A ``gfd`` process with piped output, killed at the end if it is still running."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gfd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        if process.stdout is not None and not process.stdout.closed:
+            process.communicate(timeout=10)
