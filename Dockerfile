@@ -78,7 +78,7 @@ RUN --mount=type=secret,id=pipcert \
     && find "$site/kubernetes" -name __pycache__ -prune -exec rm -rf {} + \
     && /opt/gfd/bin/python -OO -m compileall -q -b "$site/kubernetes" \
     && find "$site/kubernetes" -name '*.py' -delete \
-    && /opt/gfd/bin/python -I -c "import gfd.topology._builder, gfd.sim, gfd.metrics, gfd.sinks.kube, kubernetes.client, kubernetes.config, prometheus_client"
+    && /opt/gfd/bin/python -I -c "import gfd.topology._builder, gfd.sim, gfd.metrics, gfd.kube_api, kubernetes.client, kubernetes.config, prometheus_client"
 
 # SBOM of /opt/gfd exactly as the image ships it (after the removals above), in
 # CycloneDX, by cyclonedx-bom's "environment" mode, which asks that environment's own

@@ -271,7 +271,7 @@ class SinkFactory:
         """The client for ``settings`` and whether it is a new one."""
         if self._kube is not None and self._kubeconfig == settings.kubeconfig:
             return self._kube, False
-        from gfd.sinks.kube import connect_kubernetes
+        from gfd.kube_api import connect_kubernetes
 
         return connect_kubernetes(kubeconfig=settings.kubeconfig), True
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
+from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster
 
 NODE = "gpu-node-1"

@@ -91,6 +91,7 @@ ORACLES: dict[str, Oracle] = {
     )
 }
 
+
 def oracles_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "") not in ("", "0")
 

@@ -32,7 +32,7 @@ HEAVY = (
     "gfd.sim",
     "gfd.config_watch",
     "gfd.metrics",
-    "gfd.sinks.kube",
+    "gfd.kube_api",
     "gfd.topology.python_builder",
 )
 

@@ -35,8 +35,8 @@ from gfd.health import (
     node_condition,
     state_from_condition,
 )
+from gfd.kube_api import JSON, STRATEGIC_MERGE_PATCH, KubeClient, path_segment
 from gfd.logs import get_logger
-from gfd.sinks.kube import JSON, STRATEGIC_MERGE_PATCH, KubeClient, path_segment
 from gfd.sinks.node import NodeSink
 
 log = get_logger()

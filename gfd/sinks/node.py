@@ -38,7 +38,7 @@ the node as read, so it is conditional, and never on more than it depends on:
 
 A stale read can therefore never delete a key another writer just set, nor disown a key
 gfd itself set a moment ago (the API server's cache lags a write briefly). Conflicts are
-retried with jittered backoff (:meth:`gfd.sinks.kube.KubeClient.conflict_delay`) until the
+retried with jittered backoff (:meth:`gfd.kube_api.KubeClient.conflict_delay`) until the
 publish's deadline, not for a fixed number of tries.
 """
 
@@ -51,11 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gfd.errors import SinkError, SinkPermanentError, echo
-from gfd.labels.core import TIMESTAMP_KEY
-from gfd.labels.families import gfd_can_produce
-from gfd.logs import get_logger
-from gfd.sinks import Publication
-from gfd.sinks.kube import (
+from gfd.kube_api import (
     JSON_PATCH,
     MERGE_PATCH,
     KubeApiPermanentError,
@@ -64,6 +60,10 @@ from gfd.sinks.kube import (
     path_segment,
     status_message,
 )
+from gfd.labels.core import TIMESTAMP_KEY
+from gfd.labels.families import gfd_can_produce
+from gfd.logs import get_logger
+from gfd.sinks import Publication
 from gfd.topology.render import ANNOTATION_KEY
 
 log = get_logger()

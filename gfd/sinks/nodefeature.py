@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gfd.errors import SinkError, SinkPermanentError
+from gfd.kube_api import KubeApiPermanentError, KubeClient, path_segment
 from gfd.logs import get_logger
 from gfd.sinks import Publication
-from gfd.sinks.kube import KubeApiPermanentError, KubeClient, path_segment
 
 log = get_logger()
 

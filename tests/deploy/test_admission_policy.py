@@ -902,8 +902,8 @@ def test_node_sink_traffic_passes_the_policy(
     emulator: Any, node_policy: CelPolicy, tmp_path: Path
 ) -> None:
     server = pytest.importorskip("tests.emulator.server")
+    from gfd.kube_api import connect_kubernetes
     from gfd.sinks import Publication
-    from gfd.sinks.kube import connect_kubernetes
     from gfd.sinks.node import TOPOLOGY_ANNOTATION, NodeSink
 
     server.seed_gfd_cluster(
@@ -949,8 +949,8 @@ def test_guarded_json_patches_of_a_busy_node_pass_the_policy(
     """After a 409 the sink re-plans as a JSON Patch guarded by ``test`` operations: the
     policy judges the object it makes, whatever the patch type, and lets it through."""
     server = pytest.importorskip("tests.emulator.server")
+    from gfd.kube_api import connect_kubernetes
     from gfd.sinks import Publication
-    from gfd.sinks.kube import connect_kubernetes
     from gfd.sinks.node import NodeSink
 
     server.seed_gfd_cluster(
@@ -999,8 +999,8 @@ def test_nodefeature_sink_traffic_passes_the_policy(
     emulator: Any, nodefeature_policy: CelPolicy, tmp_path: Path
 ) -> None:
     server = pytest.importorskip("tests.emulator.server")
+    from gfd.kube_api import connect_kubernetes
     from gfd.sinks import Publication
-    from gfd.sinks.kube import connect_kubernetes
     from gfd.sinks.nodefeature import NodeFeatureSink, nodefeature_name
 
     seeded = server.seed_gfd_cluster(

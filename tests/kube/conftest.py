@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gfd.sinks.kube import KubeClient, connect_kubernetes
+from gfd.kube_api import KubeClient, connect_kubernetes
 from tests.kube.servers import ApiServer, EmulatorServer, KmockServer
 from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by import
     FAST_RETRIES,

@@ -1,4 +1,4 @@
-"""Connection set-up, credentials and the retry policy of gfd.sinks.kube."""
+"""Connection set-up, credentials and the retry policy of gfd.kube_api."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gfd.errors import ConfigError
-from gfd.sinks.kube import (
+from gfd.kube_api import (
     KubeApiError,
     KubeApiPermanentError,
     KubeClient,

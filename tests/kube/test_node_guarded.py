@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gfd.errors import SinkError, SinkPermanentError
+from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
 from gfd.sinks import Publication
-from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
 from gfd.sinks.node import (
     NFD_OWNERSHIP_ANNOTATION,
     OWNERSHIP_ANNOTATION,

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from gfd.errors import SinkError, SinkPermanentError
+from gfd.kube_api import KubeApiPermanentError, KubeClient, connect_kubernetes
 from gfd.sinks import Publication
-from gfd.sinks.kube import KubeApiPermanentError, KubeClient, connect_kubernetes
 from gfd.sinks.nodefeature import NODE_NAME_LABEL, NodeFeatureSink
 from tests.emulator import ApiServerEmulator, Fault, Principal
 from tests.kube.conftest import FAST_RETRIES, NAMESPACE, NODE, POD

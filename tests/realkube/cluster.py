@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
+from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
 from tests.controlplane import ControlPlane, ControlPlaneError, write_kubeconfig
 from tests.deploy.manifests import NAMESPACE, render
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from gfd.kube_api import KubeClient
 from gfd.sinks import Publication
-from gfd.sinks.kube import KubeClient
 from gfd.sinks.node import (
     NFD_OWNERSHIP_ANNOTATION,
     OWNERSHIP_ANNOTATION,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from gfd.kube_api import KubeApiPermanentError
 from gfd.sinks import Publication
-from gfd.sinks.kube import KubeApiPermanentError
 from gfd.sinks.nodefeature import NODE_NAME_LABEL, NodeFeatureSink, nodefeature_name
 from tests.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE

@@ -21,10 +21,10 @@ import pytest
 
 from gfd.agent import Agent, CycleOutcome, compute_labels
 from gfd.facts import NodeFacts
+from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
 from gfd.labels import LabelOptions
 from gfd.nvml.reader import read_facts
 from gfd.sim import simulate
-from gfd.sinks.kube import KubeClient, RetryPolicy, connect_kubernetes
 from gfd.sinks.node import (
     NFD_OWNERSHIP_ANNOTATION,
     OWNED_ANNOTATIONS,

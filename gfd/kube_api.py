@@ -1,4 +1,4 @@
-"""The Kubernetes connection that the node and NodeFeature sinks share.
+"""The Kubernetes API client that the node, NodeFeature and condition sinks share.
 
 This module owns how gfd talks to the API server: loading credentials (in-cluster
 service account with a rotating token, or a kubeconfig file), the one ``ApiClient``
