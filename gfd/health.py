@@ -40,6 +40,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gfd.config import Sharing
+from gfd.config.values import (
+    DEVICE_PLUGIN_CHECK,
+    GPU_LOST_CHECK,
+    HEALTH_CHECKS,
+    NVLINK_CHECK,
+)
 from gfd.errors import GfdError, NvmlGpuLost
 from gfd.facts import Gpu, NodeFacts
 from gfd.pci import PCI_DEVICES, is_nvidia_display, sysfs_bus_id
@@ -49,11 +55,11 @@ HEALTH_LABEL = "nvidia.com/gpu.health"
 #: The label's value while every check passes.
 HEALTHY_LABEL_VALUE = "healthy"
 
-GPU_LOST = "gpu-lost"
-DEVICE_PLUGIN = "device-plugin"
-NVLINK = "nvlink"
+GPU_LOST = GPU_LOST_CHECK
+DEVICE_PLUGIN = DEVICE_PLUGIN_CHECK
+NVLINK = NVLINK_CHECK
 #: Every check, in the order their problems are reported.
-CHECKS = (GPU_LOST, DEVICE_PLUGIN, NVLINK)
+CHECKS = HEALTH_CHECKS
 #: The checks that need the Node object (the node sink's read).
 API_CHECKS = frozenset({DEVICE_PLUGIN})
 
@@ -82,22 +88,6 @@ FAILING = "failing"
 PENDING = "pending"
 #: Nothing to decide from this cycle (the facts could not be read).
 UNKNOWN = "unknown"
-
-
-def parse_checks(value: str, where: str) -> tuple[str, ...]:
-    """The checks named in a comma-separated ``value`` (``none`` or empty: no checks)."""
-    from gfd.errors import ConfigError, echo
-
-    names = [part.strip() for part in value.split(",") if part.strip()]
-    if names == ["none"]:
-        return ()
-    for name in names:
-        if name not in CHECKS:
-            raise ConfigError(
-                f"{where}: {echo(name)} is not a health check (expected a comma-separated "
-                f"list of {', '.join(CHECKS)}, or none)"
-            )
-    return tuple(check for check in CHECKS if check in names)
 
 
 # --------------------------------------------------------------------------- #

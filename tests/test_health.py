@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gfd.config import SharedResource, Sharing
+from gfd.config.values import parse_checks
 from gfd.errors import NvmlError, NvmlGpuLost
 from gfd.facts import NvLink
 from gfd.health import (
@@ -36,7 +37,6 @@ from gfd.health import (
     PciScanner,
     Transition,
     expected_resources,
-    parse_checks,
 )
 from tests.factories import make_facts, make_gpu
 from tests.mig_factories import A100_SHAPES, a100, a100_split, mig

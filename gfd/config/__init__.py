@@ -107,7 +107,7 @@ class Settings:
     log_level: str = "info"
     metrics_address: str = ""
     simulate: str | None = None
-    #: The GPU health checks to run (:data:`gfd.health.CHECKS`); empty: none.
+    #: The GPU health checks to run (:data:`gfd.config.values.HEALTH_CHECKS`); empty: none.
     health_checks: tuple[str, ...] = ("gpu-lost", "device-plugin", "nvlink")
     health_condition: bool = True
     health_label: bool = False

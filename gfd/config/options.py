@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.config.values import parse_bool, parse_duration
+from gfd.config.values import parse_bool, parse_checks, parse_duration
 from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -276,8 +276,6 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
     if not isinstance(raw, str):
         raise ConfigError(f"{where}: expected a string, got {echo(raw)}")
     if option.kind == "checks":
-        from gfd.health import parse_checks
-
         return parse_checks(raw, where)
     if option.kind == "choice" and raw not in option.choices:
         raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")

@@ -2,7 +2,9 @@
 
 This module owns what a duration is (Go's syntax: ``90s``, ``1h30m``, ``500ms``;
 ``infinite``; integer nanoseconds in the config file, with the mistakes that form
-invites refused) and which words are booleans. Pure functions; errors are
+invites refused), which words are booleans, and the names of the health checks a user
+may ask for (the checks themselves are :mod:`gfd.health`'s, which imports the names from
+here: configuration never imports the checks). Pure functions; errors are
 :class:`~gfd.errors.ConfigError` naming ``where`` the value came from.
 """
 
@@ -115,3 +117,24 @@ def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float |
             "use 'infinite' for no repetition)"
         )
     return total
+
+
+GPU_LOST_CHECK = "gpu-lost"
+DEVICE_PLUGIN_CHECK = "device-plugin"
+NVLINK_CHECK = "nvlink"
+#: Every health check, in the order their problems are reported.
+HEALTH_CHECKS = (GPU_LOST_CHECK, DEVICE_PLUGIN_CHECK, NVLINK_CHECK)
+
+
+def parse_checks(value: str, where: str) -> tuple[str, ...]:
+    """The health checks named in a comma-separated ``value`` (``none`` or empty: none)."""
+    names = [part.strip() for part in value.split(",") if part.strip()]
+    if names == ["none"]:
+        return ()
+    for name in names:
+        if name not in HEALTH_CHECKS:
+            raise ConfigError(
+                f"{where}: {echo(name)} is not a health check (expected a comma-separated "
+                f"list of {', '.join(HEALTH_CHECKS)}, or none)"
+            )
+    return tuple(check for check in HEALTH_CHECKS if check in names)
