@@ -11,6 +11,8 @@ import gfd
 
 #: The tag scripts/build-image.sh gives by default; GFD_IMAGE overrides it.
 DEFAULT_IMAGE = f"gfd:{gfd.__version__}"
+#: The image the image tests run.
+IMAGE = os.environ.get("GFD_IMAGE", DEFAULT_IMAGE)
 
 
 def docker_client() -> str | None:

@@ -4,29 +4,13 @@ or no built image is available. Build it with scripts/build-image.sh (make image
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
-from tests.deploy.container_engine import DEFAULT_IMAGE, docker_client, unavailable_reason
-
-IMAGE = os.environ.get("GFD_IMAGE", DEFAULT_IMAGE)
+from tests.deploy.container_engine import IMAGE
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def client() -> str:
-    reason = unavailable_reason(IMAGE)
-    if reason is not None:
-        # .ci/run builds the image and sets this: there, an image test must not pass by skipping.
-        if os.environ.get("GFD_REQUIRE_IMAGE", "") not in ("", "0"):
-            pytest.fail(f"GFD_REQUIRE_IMAGE is set but {reason}", pytrace=False)
-        pytest.skip(reason)
-    found = docker_client()
-    assert found is not None
-    return found
 
 
 def run_locked_down(client: str, *args: str, entrypoint: str | None = None) -> str:

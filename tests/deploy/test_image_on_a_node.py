@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from gfd.sim import CONFIG_ENV, library_path, prepare_machine
-from tests.deploy.test_image import IMAGE, client  # noqa: F401 (the fixture)
+from tests.deploy.container_engine import IMAGE
 from tests.deploy.test_image_real_nvml import FEATURES_DIR, TOOLKIT_NVML
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster
 from tests.kube.test_kube_client import self_signed_certificate
@@ -84,7 +84,7 @@ def features_directory(directory: Path) -> Path:
 
 
 def test_simulated_dgx_h100_labels_reach_the_feature_file_and_the_node(
-    client: str,  # noqa: F811
+    client: str,
     tls_pair: tuple[Path, Path],
     tmp_path: Path,
 ) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.test_real_nvml import real_libraries, reference_without_driver
-from tests.deploy.test_image import IMAGE, client  # noqa: F401 (the fixture)
+from tests.deploy.container_engine import IMAGE
 from tests.reliability.agent_process import parse_label_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle("real-nvml")]
@@ -46,7 +46,7 @@ def run_in_image(
 
 
 def test_no_driver_fail_on_init_error_false_labels_like_the_reference(
-    client: str,  # noqa: F811
+    client: str,
     tmp_path: Path,
 ) -> None:
     for library in real_libraries():
@@ -60,7 +60,7 @@ def test_no_driver_fail_on_init_error_false_labels_like_the_reference(
 
 
 def test_no_driver_fail_on_init_error_true_exits_with_one_line(
-    client: str,  # noqa: F811
+    client: str,
     tmp_path: Path,
 ) -> None:
     for library in real_libraries():

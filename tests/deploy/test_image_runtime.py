@@ -21,10 +21,9 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from tests.deploy.container_engine import DEFAULT_IMAGE, docker_client, unavailable_reason
+from tests.deploy.container_engine import IMAGE
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster
 
-IMAGE = os.environ.get("GFD_IMAGE", DEFAULT_IMAGE)
 #: Uncompressed, as `docker images` counts it (decimal megabytes): issue 27.
 MAX_IMAGE_BYTES = 150_000_000
 NODE = "gpu-node-1"
@@ -59,18 +58,6 @@ NOT_GFD = (
     "_cython_",
     "cython_runtime",
 )
-
-
-@pytest.fixture(scope="module")
-def client() -> str:
-    reason = unavailable_reason(IMAGE)
-    if reason is not None:
-        if os.environ.get("GFD_REQUIRE_IMAGE", "") not in ("", "0"):
-            pytest.fail(f"GFD_REQUIRE_IMAGE is set but {reason}", pytrace=False)
-        pytest.skip(reason)
-    found = docker_client()
-    assert found is not None
-    return found
 
 
 def test_image_is_at_most_150_mb(client: str) -> None:

@@ -20,8 +20,8 @@ import pytest
 from packaging.utils import canonicalize_name
 
 import gfd
+from tests.deploy.container_engine import IMAGE
 from tests.deploy.manifests import REPO_ROOT
-from tests.deploy.test_image import IMAGE, client  # noqa: F401 (the fixture)
 from tests.deploy.test_lock import locked
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ def removed_by_the_dockerfile() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def sbom(client: str) -> dict[str, Any]:  # noqa: F811 (the image must be there too)
+def sbom(client: str) -> dict[str, Any]:  # the image must be there too
     if not SBOM.is_file():
         reason = f"no SBOM at {SBOM}; scripts/build-image.sh writes it with the image"
         if os.environ.get("GFD_REQUIRE_IMAGE", "") not in ("", "0"):
@@ -74,7 +74,7 @@ def test_sbom_lists_the_runtime_packages_at_their_locked_versions(sbom: dict[str
         assert component["purl"] == f"pkg:pypi/{name}@{component['version']}"
 
 
-def test_sbom_matches_the_image(client: str, sbom: dict[str, Any]) -> None:  # noqa: F811
+def test_sbom_matches_the_image(client: str, sbom: dict[str, Any]) -> None:
     listing = (
         "import importlib.metadata as m, json\n"
         "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))\n"
