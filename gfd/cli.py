@@ -416,6 +416,23 @@ class MetricsEndpoint:
 # Commands
 
 
+def read_node_once(settings: Settings) -> NodeFacts:
+    """The node's facts for ``labels``, ``facts`` and ``topo``. With
+    ``--fail-on-init-error=false`` a node whose NVML cannot start (no driver loaded yet) is
+    read as the agent reads it then: no GPUs, and what sysfs still tells, so what ``gfd facts``
+    captures there replays with ``--simulate`` to the labels the agent published."""
+    from gfd.errors import NvmlError, NvmlNotReady
+
+    with facts_source(settings) as read:
+        try:
+            return read()
+        except NvmlError as exc:
+            init_failure = isinstance(exc, NvmlNotReady) or exc.call == "nvmlInit"
+            if settings.fail_on_init_error or not init_failure:
+                raise
+            return read.without_nvml()
+
+
 def _label_options(settings: Settings, *, with_timestamp: bool) -> Any:
     from gfd.labels import LabelOptions
 
@@ -430,8 +447,7 @@ def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
     from gfd.agent import compute_labels
     from gfd.sinks.featurefile import render_labels
 
-    with facts_source(settings) as read:
-        facts = read()
+    facts = read_node_once(settings)
     label_set, _ = compute_labels(facts, _label_options(settings, with_timestamp=False))
     for key, why in label_set.dropped:
         log.warning("label dropped: not valid for Kubernetes", key=key, problem=why)
@@ -445,8 +461,7 @@ def command_facts(settings: Settings, fmt: str, stdout: TextIO) -> int:
     from gfd.facts import dump_facts
     from gfd.topology import build_topology, topology_to_json
 
-    with facts_source(settings) as read:
-        facts = read()
+    facts = read_node_once(settings)
     derived = {"topology": topology_to_json(build_topology(facts))} if facts.gpus else {}
     stdout.write(dump_facts(facts, fmt, derived=derived))  # type: ignore[arg-type]
     return EXIT_OK
@@ -457,8 +472,7 @@ def command_topo(settings: Settings, fmt: str, stdout: TextIO) -> int:
 
     from gfd.topology import build_topology, render_table, topology_to_json
 
-    with facts_source(settings) as read:
-        facts = read()
+    facts = read_node_once(settings)
     topology = build_topology(facts)
     if fmt == "json":
         stdout.write(json.dumps(topology_to_json(topology), indent=2, sort_keys=True) + "\n")

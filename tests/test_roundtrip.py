@@ -158,8 +158,9 @@ def test_a_machine_of_any_driver_version_replays_as_it_was_captured(
 
 @pytest.mark.oracle("real-nvml")
 def test_a_node_without_driver_replays_as_the_agent_labelled_it(tmp_path: Path) -> None:
-    """On NVIDIA's real libraries without the kernel driver, ``gfd facts`` writes nothing (it
-    fails with one line); the facts the agent labels such a node with replay to its labels."""
+    """On NVIDIA's real libraries without the kernel driver, ``gfd facts`` fails with one
+    line, as the agent does by default; with ``--fail-on-init-error=false`` it writes the facts
+    the agent labels such a node with, and they replay to the agent's labels."""
     libraries = sorted(oracle_path("real-nvml").glob("*/libnvidia-ml.so.1"))
     assert libraries
     sysfs = tmp_path / "sys"
@@ -186,3 +187,8 @@ def test_a_node_without_driver_replays_as_the_agent_labelled_it(tmp_path: Path) 
         assert done.returncode == 0, done.stderr
         published = dict(line.split("=", 1) for line in output.read_text().splitlines())
         assert labels_of(facts) == published, library
+        captured = tmp_path / library.parent.name / "facts.yaml"
+        done = run([sys.executable, "-m", "gfd", "facts", "--fail-on-init-error=false", *node])
+        assert done.returncode == 0, done.stderr
+        captured.write_text(done.stdout)
+        assert labels_of(captured) == published, library
