@@ -7,6 +7,8 @@ foreign labels and uses a shorter timeout).
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -74,3 +76,41 @@ def client(
 @pytest.fixture
 def stop() -> threading.Event:
     return threading.Event()
+
+
+def self_signed_certificate(cert: Path, key: Path, name: str, *extensions: str) -> None:
+    """Write a one-day self-signed EC certificate for ``CN=name`` (with ``-addext`` extras)."""
+    extra = [word for ext in extensions for word in ("-addext", ext)]
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            *extra,
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
+    directory = tmp_path_factory.mktemp("tls")
+    cert, key = directory / "ca.crt", directory / "tls.key"
+    self_signed_certificate(cert, key, "emulator", "subjectAltName=IP:127.0.0.1")
+    return cert, key

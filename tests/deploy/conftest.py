@@ -7,6 +7,7 @@ import os
 import pytest
 
 from tests.deploy.container_engine import IMAGE, docker_client, unavailable_reason
+from tests.kube_fixtures import tls_pair  # noqa: F401 - registered by import
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,16 @@ import gfd
 DEFAULT_IMAGE = f"gfd:{gfd.__version__}"
 #: The image the image tests run.
 IMAGE = os.environ.get("GFD_IMAGE", DEFAULT_IMAGE)
+#: Where the NVIDIA container toolkit mounts NVML in a Debian-based amd64 container.
+TOOLKIT_NVML = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+#: Where the feature-file component mounts the node's features.d.
+FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+#: ``docker run`` as the pod runs the image: read-only root, /tmp in memory (the pod's
+#: emptyDir), no capabilities, no privilege escalation. The network is each test's choice.
+LOCKED_DOWN_RUN = (
+    "run", "--rm", "--read-only", "--tmpfs", "/tmp:rw,size=8m",
+    "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+)  # fmt: skip
 
 
 def docker_client() -> str | None:

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.deploy.container_engine import IMAGE
+from tests.deploy.container_engine import IMAGE, LOCKED_DOWN_RUN
 
 pytestmark = pytest.mark.slow
 
@@ -16,20 +16,7 @@ pytestmark = pytest.mark.slow
 def run_locked_down(client: str, *args: str, entrypoint: str | None = None) -> str:
     """Run the image as the pod runs it: read-only root, /tmp in memory (the pod's
     emptyDir), no capabilities, no escalation, no network."""
-    command = [
-        client,
-        "run",
-        "--rm",
-        "--read-only",
-        "--tmpfs",
-        "/tmp:rw,size=8m",
-        "--cap-drop",
-        "ALL",
-        "--security-opt",
-        "no-new-privileges",
-        "--network",
-        "none",
-    ]
+    command = [client, *LOCKED_DOWN_RUN, "--network", "none"]
     if entrypoint is not None:
         command += ["--entrypoint", entrypoint]
     result = subprocess.run(

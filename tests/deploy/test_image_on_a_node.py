@@ -32,10 +32,8 @@ from pathlib import Path
 import pytest
 
 from gfd.sim import CONFIG_ENV, library_path, prepare_machine
-from tests.deploy.container_engine import IMAGE
-from tests.deploy.test_image_real_nvml import FEATURES_DIR, TOOLKIT_NVML
+from tests.deploy.container_engine import FEATURES_DIR, IMAGE, LOCKED_DOWN_RUN, TOOLKIT_NVML
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster
-from tests.kube.test_kube_client import self_signed_certificate
 from tests.reliability.agent_process import expected_labels, parse_label_lines
 
 pytestmark = pytest.mark.slow
@@ -48,16 +46,6 @@ TOKEN = "gfd-in-cluster-token"
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: Where the container reads the simulator's machine file (any path outside /sys works).
 MACHINE_FILE = "/run/gfd-sim/machine.conf"
-
-
-@pytest.fixture(scope="module")
-def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "ca.crt", directory / "tls.key"
-    self_signed_certificate(cert, key, "emulator", "subjectAltName=IP:127.0.0.1")
-    return cert, key
 
 
 def service_account(directory: Path, ca: Path) -> Path:
@@ -95,9 +83,7 @@ def test_simulated_dgx_h100_labels_reach_the_feature_file_and_the_node(
     with ApiServerEmulator(tls_cert=tls_pair[0], tls_key=tls_pair[1]) as api:
         seed_gfd_cluster(api, node_name=NODE, namespace=NAMESPACE, token=TOKEN)
         command = [
-            client, "run", "--rm", "--read-only", "--tmpfs", "/tmp:rw,size=8m",
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            "--network", "host", "--user", "0:0",
+            client, *LOCKED_DOWN_RUN, "--network", "host", "--user", "0:0",
             "-v", f"{library_path()}:{TOOLKIT_NVML}:ro",
             "-v", f"{machine.config_path}:{MACHINE_FILE}:ro",
             "-v", f"{machine.sysfs_root}:/sys:ro",

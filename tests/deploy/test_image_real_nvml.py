@@ -14,14 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.test_real_nvml import real_libraries, reference_without_driver
-from tests.deploy.container_engine import IMAGE
+from tests.deploy.container_engine import FEATURES_DIR, IMAGE, LOCKED_DOWN_RUN, TOOLKIT_NVML
 from tests.reliability.agent_process import parse_label_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.oracle("real-nvml")]
-
-#: Where the NVIDIA container toolkit mounts NVML in a Debian-based amd64 container.
-TOOLKIT_NVML = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 
 
 def run_in_image(
@@ -33,8 +29,7 @@ def run_in_image(
     sysfs.mkdir(parents=True)
     features.chmod(0o777)  # the hostPath directory the image's non-root user writes into
     command = [
-        docker, "run", "--rm", "--read-only", "--tmpfs", "/tmp:rw,size=8m",
-        "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--network", "none",
+        docker, *LOCKED_DOWN_RUN, "--network", "none",
         "-v", f"{library.resolve()}:{TOOLKIT_NVML}:ro",
         "-v", f"{work / 'sys'}:/host-sys:ro",
         "-v", f"{features}:{FEATURES_DIR}",

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from tests.deploy.container_engine import IMAGE
+from tests.deploy.container_engine import IMAGE, LOCKED_DOWN_RUN
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster
 
 #: Uncompressed, as `docker images` counts it (decimal megabytes): issue 27.
@@ -169,16 +169,8 @@ def test_every_module_of_a_sink_path_imports_in_the_image(
     result = subprocess.run(
         [
             client,
-            "run",
-            "--rm",
+            *LOCKED_DOWN_RUN,
             "-i",
-            "--read-only",
-            "--tmpfs",
-            "/tmp:rw,size=8m",
-            "--cap-drop",
-            "ALL",
-            "--security-opt",
-            "no-new-privileges",
             "--network",
             "none",
             "--entrypoint",

@@ -100,6 +100,16 @@ def feature(labels: Mapping[str, str], rv: str | None = None) -> dict[str, Any]:
 
 #: The request shapes of gfd's sinks and of the emulator's tests, in order (later steps
 #: build on the state earlier ones left).
+#: gfd's guarded removal of gpu.count as read from a node it owns: sent once after an
+#: unrelated change (it applies), then again from that now stale read (422).
+GUARDED_REMOVAL = [
+    {"op": "test", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
+    {"op": "test", "path": NFD_OWNERSHIP, "value": None},
+    {"op": "test", "path": GPU_COUNT, "value": "8"},
+    {"op": "remove", "path": GPU_COUNT},
+    {"op": "remove", "path": OWNERSHIP},
+]
+
 SCRIPT: tuple[Step, ...] = (
     Step("get-node", "the node sink's fresh read", "GET", NODE, save="start"),
     Step("get-node-cached", "the node sink's cached read", "GET", NODE + "?resourceVersion=0"),
@@ -337,13 +347,7 @@ SCRIPT: tuple[Step, ...] = (
         "a guarded removal after an unrelated change (no resourceVersion in it): applies",
         "PATCH",
         NODE,
-        [
-            {"op": "test", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
-            {"op": "test", "path": NFD_OWNERSHIP, "value": None},
-            {"op": "test", "path": GPU_COUNT, "value": "8"},
-            {"op": "remove", "path": GPU_COUNT},
-            {"op": "remove", "path": OWNERSHIP},
-        ],
+        GUARDED_REMOVAL,
         JSON_PATCH,
     ),
     Step(
@@ -351,13 +355,7 @@ SCRIPT: tuple[Step, ...] = (
         "the same removal again, from a read that is now stale: 422, nothing applied",
         "PATCH",
         NODE,
-        [
-            {"op": "test", "path": OWNERSHIP, "value": "nvidia.com/gpu.count"},
-            {"op": "test", "path": NFD_OWNERSHIP, "value": None},
-            {"op": "test", "path": GPU_COUNT, "value": "8"},
-            {"op": "remove", "path": GPU_COUNT},
-            {"op": "remove", "path": OWNERSHIP},
-        ],
+        GUARDED_REMOVAL,
         JSON_PATCH,
     ),
     Step(

@@ -25,6 +25,7 @@ from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by imp
     node_labels,
     request_timeout,
     stop,
+    tls_pair,
 )
 from tests.oracles import oracles_required
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,46 +21,9 @@ from gfd.kube_api import (
 )
 from tests.emulator import ApiServerEmulator, Fault, Principal
 from tests.kube.conftest import FAST_RETRIES, NODE
+from tests.kube_fixtures import self_signed_certificate
 
 PRINCIPAL = Principal("system:serviceaccount:gpu-operator:gfd")
-
-
-def self_signed_certificate(cert: Path, key: Path, name: str, *extensions: str) -> None:
-    """Write a one-day self-signed EC certificate for ``CN=name`` (with ``-addext`` extras)."""
-    extra = [word for ext in extensions for word in ("-addext", ext)]
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-            "-days",
-            "1",
-            "-subj",
-            f"/CN={name}",
-            *extra,
-        ],
-        check=True,
-        capture_output=True,
-    )
-
-
-@pytest.fixture(scope="session")
-def tls_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is needed to make a certificate for the TLS emulator")
-    directory = tmp_path_factory.mktemp("tls")
-    cert, key = directory / "ca.crt", directory / "tls.key"
-    self_signed_certificate(cert, key, "emulator", "subjectAltName=IP:127.0.0.1")
-    return cert, key
 
 
 @pytest.fixture
