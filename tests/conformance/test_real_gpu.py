@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from gfd.cli import main as gfd_main
+from gfd.sim import library_path
+from gfd.sim.branch_library import dynamic_exports
 
 RECORDS = Path(__file__).resolve().parent.parent / "records" / "real-gpu"
 CAPTURES = sorted(path for path in RECORDS.iterdir() if (path / "facts.yaml").is_file())
@@ -56,3 +58,12 @@ def test_the_matrix_of_the_replay_is_what_nvidia_smi_printed(capture: Path) -> N
     real = (capture / "nvidia-smi-topo.txt").read_text()
     assert matrix_rows(replayed) == matrix_rows(real)
     assert matrix_rows(real), "no GPU row parsed from nvidia-smi's matrix"
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda path: path.name)
+def test_the_real_library_exports_every_call_the_simulator_serves(capture: Path) -> None:
+    """The simulator serves its newest branch's export set; a real newer library has each call."""
+    real = set((capture / "library-exports.txt").read_text().split())
+    simulated = {name for name in dynamic_exports(library_path()) if name.startswith("nvml")}
+    assert simulated, "the simulator library exports no NVML call"
+    assert sorted(simulated - real) == []
