@@ -1,11 +1,11 @@
-"""The CLI's node reader logs each absent optional NVML fact once per process, not per cycle."""
+"""The node reader logs each absent optional NVML fact once per process, not per cycle."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from gfd.cli import NodeReader
+from gfd.app.node_reader import NodeReader
 from gfd.sim import load_profile, simulate
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gfd.agent import Agent, LoopControl, StopRequested
-from gfd.cli import StopWatchdog
+from gfd.app.signals import StopWatchdog
 from gfd.facts import NodeFacts, dump_facts
 from gfd.labels import LabelOptions
 from gfd.sim import (

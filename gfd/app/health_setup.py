@@ -1,0 +1,80 @@
+"""The GPU health checks of the running configuration, and what they remember across reloads.
+
+Which checks run, and with what, follows from the settings and the sinks: the checks that
+read the Node need the node sink, and the ``GPUHealthy`` condition is written through the
+node sink's client.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, cast
+
+from gfd.app.node_reader import NodeReader
+from gfd.app.sinks import SinkSet
+from gfd.config import Settings
+
+if TYPE_CHECKING:
+    from gfd.health import HealthReporter
+    from gfd.sinks.node import NodeSink
+
+
+class HealthSetup:
+    """The GPU health checks of the running configuration.
+
+    What the checks remember (NVLinks seen up, a grace period running, the state
+    reported) outlives a reload: each configuration's reporter starts from the last.
+    """
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._stop = stop
+        self._last: HealthReporter | None = None
+
+    def reporter(
+        self, settings: Settings, built: SinkSet, read: NodeReader, log: Any, telemetry: Any
+    ) -> HealthReporter | None:
+        """The reporter for ``settings``, or None when no check is asked for."""
+        if not settings.health_checks:
+            self._last = None
+            return None
+        from gfd.health import API_CHECKS, HealthMonitor, HealthReporter
+
+        # Found by name: importing NodeSink to test the class would load the Kubernetes
+        # client for runs that have no Kubernetes sink.
+        node_sink = cast(
+            "NodeSink | None", next((sink for sink in built.sinks if sink.name == "node"), None)
+        )
+        checks = settings.health_checks
+        if node_sink is None:
+            # Without the node sink there is no Node to read: the API checks cannot run.
+            checks = tuple(check for check in checks if check not in API_CHECKS)
+        previous = self._last
+        monitor = HealthMonitor(
+            sysfs_root=read.sysfs_root,
+            checks=checks,
+            mig_strategy=settings.mig_strategy,
+            sharing=settings.sharing,
+            grace_period=settings.health_grace_period or 0.0,
+            log=log,
+            previous=previous.monitor if previous is not None else None,
+        )
+        read_node = writer = None
+        if node_sink is not None:
+            from gfd.sinks.condition import NodeConditionWriter, node_reader
+
+            read_node = node_reader(node_sink)
+            if settings.health_condition:
+                assert built.client is not None, "the node sink was built with the client"
+                writer = NodeConditionWriter(
+                    client=built.client, node_sink=node_sink, stop=self._stop
+                )
+        self._last = HealthReporter(
+            monitor,
+            log=log,
+            label=settings.health_label,
+            read_node=read_node,
+            writer=writer,
+            telemetry=telemetry,
+            previous=previous,
+        )
+        return self._last

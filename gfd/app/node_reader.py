@@ -1,0 +1,170 @@
+"""Where the node's facts come from: NVML on this machine, or the simulator under
+``--simulate``; and the checks of the files the reader is pointed at.
+
+One :class:`NodeReader` is kept for the whole run (its NVML session and what it cached
+outlive a cycle); the ``labels``, ``facts`` and ``topo`` subcommands read once
+(:func:`read_node_once`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gfd.config import Settings
+from gfd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gfd.facts import NodeFacts
+
+
+@dataclass(frozen=True)
+class NodeReader:
+    """Reads this node's facts: through NVML, or (NVML down) what sysfs alone tells."""
+
+    sysfs_root: Path
+    machine_type_file: Path
+    #: None: the driver's libnvidia-ml.so.1; else a simulator library.
+    library_path: Path | None = None
+    #: Where absent optional facts are logged (gfd's logger when None).
+    log: Any = field(default=None, compare=False, repr=False)
+    #: (call, cause) of absent optional NVML facts already logged: once per process.
+    _reported: set[tuple[str, str]] = field(default_factory=set, compare=False, repr=False)
+
+    #: Holds the :class:`gfd.nvml.reader.NvmlReader` made by the first read, so that its
+    #: NVML session and what it cached outlive one cycle (a holder: the class is frozen).
+    _nvml: list[Any] = field(default_factory=list, compare=False, repr=False)
+
+    def __call__(self) -> NodeFacts:
+        if not self._nvml:
+            from gfd.nvml.reader import NvmlReader
+
+            self._nvml.append(
+                NvmlReader(
+                    library_path=self.library_path,
+                    sysfs_root=self.sysfs_root,
+                    machine_type_file=self.machine_type_file,
+                    on_absent=self._report_absent,
+                )
+            )
+        facts: NodeFacts = self._nvml[0].read()
+        return facts
+
+    def close(self) -> None:
+        """Shut down the NVML session this reader holds between cycles, if any."""
+        if self._nvml:
+            self._nvml[0].close()
+
+    def _report_absent(self, call: str, cause: str) -> None:
+        if (call, cause) in self._reported:
+            return
+        self._reported.add((call, cause))
+        log = self.log
+        if log is None:
+            from gfd.logs import get_logger
+
+            log = get_logger()
+        log.debug("NVML fact absent", call=call, cause=cause)
+
+    def without_nvml(self) -> NodeFacts:
+        from gfd.nvml.reader import read_facts_without_nvml
+
+        return read_facts_without_nvml(
+            sysfs_root=self.sysfs_root, machine_type_file=self.machine_type_file
+        )
+
+
+@contextlib.contextmanager
+def facts_source(settings: Settings) -> Iterator[NodeReader]:
+    """The node's facts reader, on the simulator when ``--simulate`` is set."""
+    if settings.simulate:
+        from gfd.sim import simulate
+
+        check_facts_file(settings.simulate)
+        with simulate(settings.simulate) as machine:
+            reader = NodeReader(
+                sysfs_root=machine.sysfs_root,
+                machine_type_file=machine.machine_type_file,
+                library_path=machine.library_path,
+            )
+            try:
+                yield reader
+            finally:
+                reader.close()
+        return
+    reader = host_reader(settings)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
+def host_reader(settings: Settings) -> NodeReader:
+    """Facts from this machine's NVML, sysfs and DMI file, as ``settings`` name them."""
+    return NodeReader(
+        sysfs_root=Path(settings.sysfs_root), machine_type_file=Path(settings.machine_type_file)
+    )
+
+
+def read_node_once(settings: Settings) -> NodeFacts:
+    """The node's facts for ``labels``, ``facts`` and ``topo``. With
+    ``--fail-on-init-error=false`` a node whose NVML cannot start (no driver loaded yet) is
+    read as the agent reads it then: no GPUs, and what sysfs still tells, so what ``gfd facts``
+    captures there replays with ``--simulate`` to the labels the agent published."""
+    from gfd.errors import NvmlError, NvmlNotReady
+
+    with facts_source(settings) as read:
+        try:
+            return read()
+        except NvmlError as exc:
+            init_failure = isinstance(exc, NvmlNotReady) or exc.call == "nvmlInit"
+            if settings.fail_on_init_error or not init_failure:
+                raise
+            return read.without_nvml()
+
+
+def check_facts_file(name_or_path: str) -> None:
+    """Refuse a ``--simulate`` facts file that is not a small regular file of sane YAML.
+
+    Bounded (:data:`gfd.inputs.FACTS_FILE_LIMIT`) and checked for depth and aliases
+    before the simulator loads it; a bundled profile name passes through. First of all,
+    a file of more GPUs (MIG devices, NVLinks, pairs) than a node can have is refused
+    (:mod:`gfd.facts_limits`): its one pass of the parser is cheaper than the checks after.
+    """
+    from gfd.facts import FactsError
+    from gfd.facts_limits import check_document_bounds
+    from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
+    from gfd.sim import BUNDLED_PROFILES
+
+    if name_or_path in BUNDLED_PROFILES or not os.path.lexists(name_or_path):
+        return
+    try:
+        text = read_bounded_text(name_or_path, FACTS_FILE_LIMIT)
+        check_document_bounds(text, name_or_path)
+        check_yaml(text)
+    except OSError as exc:
+        raise FactsError(name_or_path, "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FactsError(name_or_path, "", f"not UTF-8 text: {exc.reason}") from exc
+    except InputRejected as exc:
+        raise FactsError(name_or_path, "", str(exc)) from exc
+
+
+def check_machine_type_file(settings: Settings) -> None:
+    """Refuse a ``--machine-type-file`` that exists and is not a small regular file.
+
+    The reader reads it every cycle: ``/dev/zero`` or a FIFO there would make every
+    cycle read for ever. A missing file is fine (``gpu.machine=unknown``).
+    """
+    from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, check_regular_small_file
+
+    if settings.simulate:
+        return
+    try:
+        check_regular_small_file(settings.machine_type_file, SYSFS_ATTRIBUTE_LIMIT)
+    except InputRejected as exc:
+        raise ConfigError(f"--machine-type-file {settings.machine_type_file}: {exc}") from exc
