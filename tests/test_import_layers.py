@@ -31,6 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"gfd.sinks"},
         {"gfd.agent"},
         {"gfd.metrics", "gfd.config_watch", "gfd.process_title"},
+        {"gfd.app"},
         {"gfd.cli"},
         {"gfd.__main__"},
     )
