@@ -7,6 +7,9 @@ subclass) when it could not publish, leaving what it published before intact.
 
 Sinks that talk to Kubernetes import the ``kubernetes`` client themselves, so the
 feature-file and stdout paths never pay for it.
+
+Which sinks a configuration gets, and how each is built from the settings, is the
+registry in :mod:`gfd.app.sinks`: a new sink is its own file here and one entry there.
 """
 
 from __future__ import annotations
