@@ -167,7 +167,9 @@ def bench_nvml(quick: bool) -> dict[str, Any]:
     """Reader pass and topology NVML calls on the simulated dgx-h100."""
     import pynvml
 
-    from gfd.nvml.reader import CPU_AFFINITY_WORDS, FIELD_NVLINK_LINK_COUNT, read_facts
+    from gfd.nvml.device import CPU_AFFINITY_WORDS
+    from gfd.nvml.nvlink import FIELD_NVLINK_LINK_COUNT
+    from gfd.nvml.reader import read_facts
     from gfd.sim import simulate
 
     runs = 5 if quick else 20

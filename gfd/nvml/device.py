@@ -1,0 +1,116 @@
+"""One physical GPU as NVML (and its sysfs directory) shows it: the per-device read.
+
+This module owns :func:`read_gpu`, which asks for a GPU's identity every read (name and
+UUID), reads what cannot change while it keeps that UUID once per session (PCI identity
+and class, memory, compute capability, architecture, brand, NUMA nodes, CPU affinity:
+:func:`read_gpu_static`), and composes the reads that can change from cycle to cycle:
+MIG mode and devices (:mod:`gfd.nvml.mig`), NVLinks (:mod:`gfd.nvml.nvlink`) and fabric
+(:mod:`gfd.nvml.fabric`). A further per-device fact is one more read composed here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from gfd.facts import Gpu, cpulist_from_ids
+from gfd.nvml.cache import GpuStatic, ReadCache
+from gfd.nvml.calls import NvmlCaller, text
+from gfd.nvml.fabric import read_fabric
+from gfd.nvml.mig import mig_devices_if_enabled
+from gfd.nvml.nvlink import read_nvlink_version, read_nvlinks
+from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
+
+#: Words of 64 CPUs asked of nvmlDeviceGetCpuAffinity: 4096 CPUs covers any machine shipped.
+CPU_AFFINITY_WORDS = 64
+
+
+def read_gpu(nv: NvmlCaller, index: int, handle: Any, sysfs_root: Path, cache: ReadCache) -> Gpu:
+    """GPU ``index``; its static facts are read again when its UUID or name changed."""
+    name = text(nv.required("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle))
+    uuid = text(nv.required("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle))
+    static = cache.gpus.get(uuid)
+    if static is None or static.name != name:
+        static = read_gpu_static(nv, handle, name, sysfs_root)
+        cache.gpus[uuid] = static
+    mig = nv.optional("nvmlDeviceGetMigMode", pynvml.nvmlDeviceGetMigMode, handle)
+    links = read_nvlinks(nv, index, handle, static)
+    nvlink_version = read_nvlink_version(nv, handle, static) if links else None
+    return Gpu(
+        index=index,
+        name=name,
+        uuid=uuid,
+        bus_id=static.bus_id,
+        pci_device_id=static.pci_device_id,
+        pci_class=static.pci_class,
+        memory_total_bytes=static.memory_total_bytes,
+        compute_major=static.compute_major,
+        compute_minor=static.compute_minor,
+        architecture=static.architecture,
+        brand=static.brand,
+        numa_node=static.numa_node,
+        gpu_numa_id=static.gpu_numa_id,
+        cpu_affinity=static.cpu_affinity,
+        mig_mode_current=bool(mig[0]) if mig is not None else None,
+        mig_mode_pending=bool(mig[1]) if mig is not None else None,
+        mig_devices=mig_devices_if_enabled(nv, index, handle, static, mig),
+        nvlink_version=nvlink_version,
+        nvlinks=links,
+        fabric=read_fabric(nv, handle),
+    )
+
+
+def read_gpu_static(nv: NvmlCaller, handle: Any, name: str, sysfs_root: Path) -> GpuStatic:
+    """The facts of a GPU that last as long as its NVML session and UUID."""
+    pci = nv.required("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo_v3, handle)
+    bus_id = text(pci.busId).upper()
+    memory = nv.unsupported_absent(
+        "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle
+    )
+    compute = nv.unsupported_absent(
+        "nvmlDeviceGetCudaComputeCapability", pynvml.nvmlDeviceGetCudaComputeCapability, handle
+    )
+    architecture = nv.optional(
+        "nvmlDeviceGetArchitecture", pynvml.nvmlDeviceGetArchitecture, handle
+    )
+    brand = nv.optional("nvmlDeviceGetBrand", pynvml.nvmlDeviceGetBrand, handle)
+    gpu_numa = nv.optional("nvmlDeviceGetNumaNodeId", pynvml.nvmlDeviceGetNumaNodeId, handle)
+    affinity = nv.optional(
+        "nvmlDeviceGetCpuAffinity", pynvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS
+    )
+    sysfs_dir = sysfs_root / PCI_DEVICES / sysfs_bus_id(bus_id)
+    return GpuStatic(
+        name=name,
+        bus_id=bus_id,
+        # 0 is no real device id: NVML leaves it zero when it cannot tell.
+        pci_device_id=int(pci.pciDeviceId) or None,
+        pci_class=read_hex(sysfs_dir / "class"),
+        memory_total_bytes=int(memory.total) if memory is not None else None,
+        compute_major=int(compute[0]) if compute is not None else None,
+        compute_minor=int(compute[1]) if compute is not None else None,
+        architecture=int(architecture) if architecture is not None else None,
+        brand=int(brand) if brand is not None else None,
+        numa_node=_read_numa_node(sysfs_dir / "numa_node"),
+        gpu_numa_id=int(gpu_numa) if gpu_numa is not None else None,
+        cpu_affinity=_affinity_to_cpulist(affinity) if affinity is not None else None,
+    )
+
+
+def _affinity_to_cpulist(words: Any) -> str:
+    # Only the set bits: testing all 64 x CPU_AFFINITY_WORDS bits of every GPU took
+    # about half of a steady-state cycle's CPU time.
+    cpus: list[int] = []
+    for word_index, word in enumerate(words):
+        value = int(word)
+        while value:
+            lowest = value & -value
+            cpus.append(word_index * 64 + lowest.bit_length() - 1)
+            value ^= lowest
+    return cpulist_from_ids(cpus)
+
+
+def _read_numa_node(path: Path) -> int | None:
+    node = read_sysfs_int(path, base=10)
+    return None if node is None or node < 0 else node
