@@ -203,7 +203,7 @@ class _Answer:
 
 def test_an_endless_api_answer_is_cut_at_the_limit_and_its_connection_closed() -> None:
     from gfd.errors import SinkError
-    from gfd.kube_api import MAX_RESPONSE_BYTES, _read_bounded_body
+    from gfd.kube_api.responses import MAX_RESPONSE_BYTES, _read_bounded_body
 
     body = _EndlessBody()
     with pytest.raises(SinkError, match=f"over gfd's limit of {MAX_RESPONSE_BYTES} bytes"):

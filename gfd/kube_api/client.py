@@ -1,0 +1,293 @@
+"""The process's one connection to the API server, and the only code that sends requests.
+
+This module owns :class:`KubeClient` and its construction (:func:`connect_kubernetes`):
+the one ``ApiClient`` of the process, per-request timeouts, and the retry loop. Retries
+belong to this layer only. urllib3's own retries are switched off
+(``Configuration.retries = False``) and :meth:`KubeClient.request` retries with tenacity
+as :mod:`gfd.kube_api.retry` says: on 5xx, on 408 and 429 (waiting at least the server's
+``Retry-After``), on connection errors and timeouts; never on other 4xx. Delays grow
+exponentially with jitter up to a cap, and the whole operation has a deadline. Every
+backoff sleep waits on the agent's stop event, so SIGTERM ends a retry storm at once.
+
+A 401 re-reads the credentials (:mod:`gfd.kube_api.credentials`: the projected
+service-account token rotates under a running pod; a kubeconfig may be rewritten) and
+tries once more before it is reported. Failures leave as :mod:`gfd.kube_api.errors` says.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import tenacity
+
+from gfd.errors import ConfigError
+from gfd.kube_api.credentials import (
+    IN_CLUSTER_CA_PATH,
+    IN_CLUSTER_TOKEN_PATH,
+    Credentials,
+    in_cluster_credentials,
+    kubeconfig_credentials,
+)
+from gfd.kube_api.errors import Interrupted, KubeApiError, KubeApiPermanentError
+from gfd.kube_api.responses import KubeResponse, read_response, status_message
+from gfd.kube_api.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from gfd.logs import get_logger
+
+log = get_logger()
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+def path_segment(value: str) -> str:
+    """Quote one URL path segment (a name or namespace) so that ``/`` cannot escape it."""
+    return quote(value, safe="")
+
+
+class _Transient(Exception):
+    """Internal: one attempt failed in a retryable way."""
+
+    def __init__(self, status: int | None, detail: str, retry_after: float | None = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+class KubeClient:
+    """The process's single connection to the API server.
+
+    Owns one ``kubernetes.client.ApiClient``. Sinks call :meth:`request`; nothing
+    else in gfd builds requests. Close it once, when the agent exits.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_client: Any,
+        credentials: Credentials,
+        request_timeout: float,
+        retry_policy: RetryPolicy,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._api = api_client
+        self._credentials = credentials
+        self.request_timeout = request_timeout
+        self.retry_policy = retry_policy
+        self.clock = clock
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+
+    @property
+    def host(self) -> str:
+        """The API server URL requests go to."""
+        return str(self._api.configuration.host)
+
+    def deadline(self) -> float:
+        """The clock value by which an operation started now must give up."""
+        return self.clock() + self.retry_policy.deadline
+
+    def conflict_delay(self, conflicts: int) -> float:
+        """How long to wait before the ``conflicts``-th retry of a write that lost a race."""
+        policy = self.retry_policy
+        exponent = min(max(conflicts - 1, 0), 30)  # 2**30 is far past any cap
+        ceiling = min(policy.conflict_max_delay, policy.conflict_initial_delay * 2**exponent)
+        return self._rng.uniform(0.0, ceiling)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        stop: threading.Event,
+        deadline: float,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        accept_statuses: Collection[int] = (),
+    ) -> KubeResponse:
+        """Send one request, retrying transient failures until ``deadline``.
+
+        Returns 2xx responses and those whose status is in ``accept_statuses`` (a
+        sink that expects 404 or 409 handles them itself). Raises
+        :class:`KubeApiPermanentError`, :class:`KubeApiError` or
+        :class:`Interrupted`.
+        """
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Transient),
+            wait=self._backoff,
+            stop=lambda state: self.clock() + state.upcoming_sleep > deadline,
+            sleep=lambda seconds: self._sleep(seconds, stop, method, path),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return self._send_authenticated(
+                        method, path, query, body, content_type, accept_statuses
+                    )
+        except _Transient as exc:
+            attempts = retrying.statistics.get("attempt_number", 1)
+            raise KubeApiError(
+                method, path, exc.status, f"{exc.detail} (gave up after {attempts} attempt(s))"
+            ) from None
+        raise AssertionError("tenacity returned without a result")  # pragma: no cover
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._api.close()
+
+    def _backoff(self, state: tenacity.RetryCallState) -> float:
+        policy = self.retry_policy
+        failure = state.outcome.exception() if state.outcome else None
+        if isinstance(failure, _Transient) and failure.retry_after is not None:
+            return min(failure.retry_after, policy.max_retry_after)
+        ceiling = min(policy.max_delay, policy.initial_delay * 2 ** (state.attempt_number - 1))
+        return self._rng.uniform(ceiling / 2, ceiling)
+
+    @staticmethod
+    def _sleep(seconds: float, stop: threading.Event, method: str, path: str) -> None:
+        log.debug("kube_retry_wait", method=method, path=path, seconds=round(seconds, 3))
+        if stop.wait(seconds):
+            raise Interrupted(f"interrupted while waiting to retry {method} {path}")
+
+    def _send_authenticated(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+        accept_statuses: Collection[int],
+    ) -> KubeResponse:
+        response = self._send_once(method, path, query, body, content_type)
+        if response.status == 401:
+            # A rotated token is the usual cause: read the credentials again, once.
+            with self._lock:
+                try:
+                    self._credentials.reload(self._api.configuration)
+                except ConfigError as exc:
+                    raise KubeApiPermanentError(method, path, 401, str(exc)) from exc
+            log.info("kube_credentials_reloaded", source=self._credentials.describe)
+            response = self._send_once(method, path, query, body, content_type)
+        status = response.status
+        if 200 <= status < 300 or status in accept_statuses:
+            return response
+        message = status_message(response.body)
+        if is_retryable_status(status):
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            log.info(
+                "kube_retryable_status",
+                method=method,
+                path=path,
+                status=status,
+                retry_after=retry_after,
+                message=message,
+            )
+            raise _Transient(status, message, retry_after)
+        raise KubeApiPermanentError(method, path, status, self._explain(status, message))
+
+    def _explain(self, status: int, message: str) -> str:
+        if status == 401:
+            return (
+                f"{message}; the credentials from {self._credentials.describe} were "
+                "rejected even after reading them again"
+            )
+        if status == 403:
+            # RBAC and admission policies (gfd's own ValidatingAdmissionPolicy) both
+            # answer 403; the server's message says which.
+            return f"{message}; check the RBAC rules and admission policies for gfd"
+        return message
+
+    def _send_once(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str,
+    ) -> KubeResponse:
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": JSON}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        try:
+            _, url, header_params, serialised, _ = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                query_params=list(query.items()) if query else None,
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            raw = self._api.call_api(
+                method,
+                url,
+                header_params=header_params,
+                body=serialised,
+                _request_timeout=self.request_timeout,
+            )
+            return read_response(raw, method, path)
+        except ApiException as exc:
+            # The client turns TLS failures into status-0 ApiExceptions.
+            raise KubeApiPermanentError(method, path, None, str(exc.reason)) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise _Transient(None, f"{type(exc).__name__}: {exc}") from exc
+
+
+def connect_kubernetes(
+    *,
+    kubeconfig: str | None,
+    request_timeout: float = 10.0,
+    retry_policy: RetryPolicy | None = None,
+    in_cluster_token_path: str = IN_CLUSTER_TOKEN_PATH,
+    in_cluster_ca_path: str = IN_CLUSTER_CA_PATH,
+    in_cluster_host_env: Mapping[str, str] | None = None,
+    context: str | None = None,
+) -> KubeClient:
+    """Build the process's :class:`KubeClient`.
+
+    With ``kubeconfig`` set, credentials come from that file (``context``, or its
+    current context). Otherwise the pod's service account is used: the API server
+    from ``KUBERNETES_SERVICE_HOST``/``KUBERNETES_SERVICE_PORT`` in
+    ``in_cluster_host_env`` (default: the process environment), the CA and the
+    rotating token from the given files. Raises :class:`ConfigError` naming what is
+    missing. The ``kubernetes`` package is imported here, not at gfd start-up.
+    """
+    if request_timeout <= 0:
+        raise ConfigError(f"request timeout must be positive, got {request_timeout}")
+    from kubernetes import client as k8s_client
+
+    configuration: Any = k8s_client.Configuration()
+    if kubeconfig is not None:
+        credentials = kubeconfig_credentials(kubeconfig, context)
+    else:
+        env = os.environ if in_cluster_host_env is None else in_cluster_host_env
+        credentials = in_cluster_credentials(
+            configuration, env, Path(in_cluster_token_path), Path(in_cluster_ca_path)
+        )
+    credentials.reload(configuration)
+    if credentials.refresh_hook is not None:
+        configuration.refresh_api_key_hook = credentials.refresh_hook
+    # tenacity in KubeClient.request is the only layer that retries.
+    configuration.retries = False
+    api_client = k8s_client.ApiClient(configuration)
+    api_client.user_agent = "gfd"
+    return KubeClient(
+        api_client=api_client,
+        credentials=credentials,
+        request_timeout=request_timeout,
+        retry_policy=retry_policy or RetryPolicy(),
+    )
