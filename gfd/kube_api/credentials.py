@@ -1,0 +1,201 @@
+"""Where gfd's credentials for the API server come from, and how they are read again.
+
+This module owns loading them: a kubeconfig file (read with bounds and checked before the
+client's loader sees it, and refused at start-up when its server is no URL or its
+certificate authority no certificate), or the pod's service account, whose projected token
+the kubelet rotates under a running pod (:class:`RotatingTokenFile`: read again whenever
+the file changes). Each source can be read again in full (:attr:`Credentials.reload`),
+which the client does once after a 401. Every problem is a :class:`~gfd.errors.ConfigError`
+naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from gfd.errors import ConfigError, echo, shorten
+from gfd.inputs import (
+    KUBECONFIG_LIMIT,
+    TOKEN_FILE_LIMIT,
+    InputRejected,
+    check_yaml,
+    read_bounded_text,
+)
+from gfd.logs import get_logger
+
+log = get_logger()
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+IN_CLUSTER_TOKEN_PATH = f"{SERVICE_ACCOUNT_DIR}/token"
+IN_CLUSTER_CA_PATH = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
+
+
+class Credentials:
+    """Where the bearer token comes from, and how to read it again after a 401."""
+
+    def __init__(
+        self,
+        *,
+        describe: str,
+        reload: Callable[[Any], None],
+        refresh_hook: Callable[[Any], None] | None = None,
+    ) -> None:
+        self.describe = describe
+        self.reload = reload
+        self.refresh_hook = refresh_hook
+
+
+class RotatingTokenFile:
+    """A service-account token file that the kubelet replaces while the pod runs.
+
+    The token is read again whenever the file's identity (inode, size, mtime) changes,
+    which costs one ``stat`` per request, and unconditionally after a 401.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._signature: tuple[int, int, int] | None = None
+        self.token = ""
+        self.read(force=True)
+
+    def read(self, *, force: bool) -> None:
+        try:
+            stat = self.path.stat()
+            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+            if not force and signature == self._signature:
+                return
+            token = read_bounded_text(self.path, TOKEN_FILE_LIMIT).strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"service account token {self.path}: cannot read: {exc.strerror or exc}"
+            ) from exc
+        except (InputRejected, UnicodeDecodeError) as exc:
+            problem = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
+            raise ConfigError(f"service account token {self.path}: {problem}") from exc
+        if not token:
+            raise ConfigError(f"service account token {self.path}: file is empty")
+        self.token = token
+        self._signature = signature
+
+    def apply(self, configuration: Any) -> None:
+        configuration.api_key["authorization"] = self.token
+        configuration.api_key_prefix["authorization"] = "Bearer"
+
+
+def kubeconfig_credentials(kubeconfig: str, context: str | None) -> Credentials:
+    """Credentials from the kubeconfig file ``kubeconfig`` (``context``, or its current one)."""
+    from kubernetes import config as k8s_config
+
+    # The client's kubeconfig loader carries no type hints.
+    load_kube_config: Callable[..., None] = k8s_config.load_kube_config
+
+    def reload(configuration: Any) -> None:
+        import yaml
+
+        try:
+            # Bounded and checked here: the client's loader reads the whole file and
+            # builds any YAML it is given.
+            text = read_bounded_text(kubeconfig, KUBECONFIG_LIMIT)
+            check_yaml(text)
+            document = yaml.safe_load(text)
+        except OSError as exc:
+            raise ConfigError(
+                f"kubeconfig {kubeconfig}: cannot read: {exc.strerror or exc}"
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: not UTF-8 text") from exc
+        except InputRejected as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {exc}") from exc
+        except (yaml.YAMLError, RecursionError) as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: not valid YAML") from exc
+        if not isinstance(document, dict):
+            raise ConfigError(
+                f"kubeconfig {kubeconfig}: expected a kubeconfig mapping "
+                "(apiVersion, clusters, users, contexts), got "
+                f"{'nothing' if document is None else type(document).__name__}"
+            )
+        try:
+            load_kube_config(
+                config_file=kubeconfig,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        except (k8s_config.ConfigException, OSError, ValueError) as exc:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {shorten(str(exc))}") from exc
+        except Exception as exc:
+            # The client's loader assumes a well-formed file: any other exception is a
+            # malformed one (a list where a mapping belongs, a missing field).
+            raise ConfigError(
+                f"kubeconfig {kubeconfig}: malformed ({type(exc).__name__}: {shorten(str(exc), 120)})"
+            ) from exc
+        problem = _connection_problem(configuration)
+        if problem is not None:
+            raise ConfigError(f"kubeconfig {kubeconfig}: {problem}")
+
+    return Credentials(describe=f"kubeconfig {kubeconfig}", reload=reload)
+
+
+def _connection_problem(configuration: Any) -> str | None:
+    """What makes a loaded kubeconfig unusable before any request, or None.
+
+    The client's loader accepts a server that is no URL and certificate data that
+    is no certificate; every request would then fail and be retried until the
+    deadline. Both are configuration errors, said once, at start-up.
+    """
+    import ssl
+    from urllib.parse import urlsplit
+
+    host = str(configuration.host or "")
+    try:
+        split = urlsplit(host)
+        port = split.port
+    except ValueError:
+        split, port = None, None
+    if split is None or split.scheme not in ("http", "https") or not split.hostname:
+        return f"server {echo(host)} is not an http(s) URL with a host"
+    del port
+    ca = configuration.ssl_ca_cert
+    if ca:
+        try:
+            ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            return f"the cluster's certificate authority is not a usable PEM certificate ({shorten(str(exc), 120)})"
+    return None
+
+
+def in_cluster_credentials(
+    configuration: Any, env: Mapping[str, str], token_path: Path, ca_path: Path
+) -> Credentials:
+    """Credentials of the pod's service account: the API server from ``env``, the CA and
+    the rotating token from their files; refused outside a cluster."""
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    port = env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ConfigError(
+            "not running in a cluster (KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are "
+            "unset) and no kubeconfig given: pass --kubeconfig or set KUBECONFIG"
+        )
+    if not ca_path.is_file():
+        raise ConfigError(f"service account CA certificate {ca_path}: file not found")
+    token = RotatingTokenFile(token_path)
+    configuration.host = f"https://{f'[{host}]' if ':' in host else host}:{port}"
+    configuration.ssl_ca_cert = str(ca_path)
+
+    def reload(config: Any) -> None:
+        token.read(force=True)
+        token.apply(config)
+
+    def refresh(config: Any) -> None:
+        try:
+            token.read(force=False)
+        except ConfigError as exc:
+            # Mid-rotation hiccup: keep the token we have; a 401 forces a re-read.
+            log.warning("kube_token_unreadable", problem=str(exc))
+        token.apply(config)
+
+    return Credentials(
+        describe=f"service account token {token_path}", reload=reload, refresh_hook=refresh
+    )

@@ -1,0 +1,70 @@
+"""When a request to the API server is tried again, and how long gfd waits before it does.
+
+This module owns the retry policy's numbers (:class:`RetryPolicy`), which statuses are
+worth retrying (every 5xx and :data:`RETRYABLE_CLIENT_STATUSES`), and the reading of a
+server's ``Retry-After``. :class:`gfd.kube_api.client.KubeClient` applies them; it is the
+only layer that retries (urllib3's own retries are off).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: 4xx statuses worth retrying (besides every 5xx): the server timed out reading the
+#: request, or throttled it. Any other 4xx means the request itself is wrong, denied
+#: or moot, and is reported at once.
+RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How :meth:`gfd.kube_api.client.KubeClient.request` retries transient failures.
+
+    The n-th retry waits a random time between half and all of
+    ``min(max_delay, initial_delay * 2**n)``, or the server's ``Retry-After`` when it
+    sent one (never more than ``max_retry_after``). No retry starts whose wait would
+    end past the operation's deadline (``deadline`` seconds after it began).
+
+    A write that lost a race (409, or a failed JSON Patch ``test``) is tried again by the
+    sink after a random time between 0 and ``min(conflict_max_delay,
+    conflict_initial_delay * 2**(n-1))`` (full jitter: two writers that collided do not
+    retry in lockstep), until the same deadline; see
+    :meth:`gfd.kube_api.client.KubeClient.conflict_delay`.
+    """
+
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    deadline: float = 120.0
+    max_retry_after: float = 60.0
+    conflict_initial_delay: float = 0.05
+    conflict_max_delay: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.initial_delay <= self.max_delay:
+            raise ValueError("RetryPolicy needs 0 < initial_delay <= max_delay")
+        if self.deadline <= 0 or self.max_retry_after <= 0:
+            raise ValueError("RetryPolicy needs a positive deadline and max_retry_after")
+        if not 0 < self.conflict_initial_delay <= self.conflict_max_delay:
+            raise ValueError("RetryPolicy needs 0 < conflict_initial_delay <= conflict_max_delay")
+
+
+def is_retryable_status(status: int) -> bool:
+    """Whether an HTTP status may pass when the request is sent again."""
+    return status in RETRYABLE_CLIENT_STATUSES or status >= 500
+
+
+def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now())
