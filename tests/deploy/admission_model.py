@@ -8,8 +8,9 @@ No API server can run here, so the ValidatingAdmissionPolicies are checked by:
   message; an evaluation error denies (``failurePolicy: Fail``).
 * ``*_intent`` functions: the same rules written in plain Python from what the
   policies are meant to do (a pod-bound token, own node only, keys under ``nvidia.com/``
-  only, never the GPU Operator's control labels, only gfd's own annotations, no other
-  field manager's managedFields entry touched, no raw features; in a node's status only
+  only, never the GPU Operator's control labels, only gfd's own annotations, of spec only
+  gfd's own taint, no other field manager's managedFields entry touched, no raw
+  features; in a node's status only
   the GPUHealthy condition; events only about its own node, in default).
 
 The real kube-apiserver judges the same policies in ``tests/realkube``; this model runs
@@ -35,7 +36,27 @@ POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
 POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 #: gfd's node annotations: the only ones its ServiceAccount may write.
 GFD_ANNOTATIONS = frozenset(
-    {"nvidia.com/gfd.labels", "nvidia.com/gfd.timestamp", "nvidia.com/gpu.topology"}
+    {
+        "nvidia.com/gfd.labels",
+        "nvidia.com/gfd.taints",
+        "nvidia.com/gfd.timestamp",
+        "nvidia.com/gpu.topology",
+    }
+)
+#: gfd's taint (``--health-taint``): the only one its ServiceAccount may add, change or
+#: remove, and the effects it may have.
+HEALTH_TAINT_KEY = "nvidia.com/gpu.health"
+HEALTH_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+#: Every field of NodeSpec (up to Kubernetes 1.37) but taints: what the node policy holds
+#: unchanged. tests/deploy/test_admission_policy.py checks the list against the schemas.
+NODE_SPEC_FIELDS = (
+    "podCIDR",
+    "podCIDRs",
+    "providerID",
+    "unschedulable",
+    "configSource",
+    "externalID",
+    "podPreemptionPolicy",
 )
 #: The GPU Operator's node controls, as the node policy lists them.
 OPERATOR_CONTROL_PREFIXES = ("nvidia.com/gpu.deploy.", "nvidia.com/gpu-driver-upgrade")
@@ -180,11 +201,19 @@ NODE_OWN = "gfd may change only the node it runs on (named in its pod-bound toke
 NODE_LABELS = "gfd may add, change or remove only node labels under nvidia.com/"
 NODE_OPERATOR = "gfd may not add, change or remove the GPU Operator's control labels"
 NODE_ANNOTATIONS = (
-    "gfd may add, change or remove only its own node annotations "
-    "(nvidia.com/gfd.labels, nvidia.com/gfd.timestamp, nvidia.com/gpu.topology)"
+    "gfd may add, change or remove only its own node annotations (nvidia.com/gfd.labels, "
+    "nvidia.com/gfd.taints, nvidia.com/gfd.timestamp, nvidia.com/gpu.topology)"
+)
+NODE_FOREIGN_TAINTS = (
+    "gfd may add, change or remove only its own taint nvidia.com/gpu.health; "
+    "every other taint must stay as it is"
+)
+NODE_TAINT_SHAPE = (
+    "gfd's taint nvidia.com/gpu.health must be one entry with effect NoSchedule or NoExecute"
 )
 NODE_OTHER_FIELDS = (
-    "gfd may change only node labels and annotations, never spec, finalizers or owners"
+    "gfd may change only node labels, annotations and its own taint, "
+    "never the rest of spec, finalizers or owners"
 )
 NODE_MANAGED_FIELDS = "gfd may not rewrite the managedFields entries of other field managers"
 NODEFEATURE_POD_BOUND = (
@@ -236,8 +265,10 @@ EVENTS_IDENTITY = (
 def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     """What gfd-node-labeler means: gfd's ServiceAccount, with a pod-bound token, may only
     update its own node (the token's node-name claim), changing only nvidia.com/ labels
-    that are not the GPU Operator's controls, and only its own annotations, leaving other
-    field managers' entries alone. Denials carry the policy's message for each broken rule."""
+    that are not the GPU Operator's controls, only its own annotations and, of spec, only
+    its own taint (at most one, NoSchedule or NoExecute; every other taint as it was),
+    leaving other field managers' entries alone. Denials carry the policy's message for
+    each broken rule."""
     if (request.group, request.resource, request.subresource) != ("", "nodes", ""):
         return NOT_APPLICABLE
     if request.operation not in ("CREATE", "UPDATE", "DELETE"):
@@ -261,17 +292,31 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     annotations = _changed(old_meta.get("annotations") or {}, new_meta.get("annotations") or {})
     if not annotations <= GFD_ANNOTATIONS:
         denials.append(NODE_ANNOTATIONS)
-    # Every stored Node has a spec (the API server always serialises it); comparing a
-    # missing one is an evaluation error in CEL, hence a denial.
-    unchanged = (
-        "spec" in request.object
-        and "spec" in request.old_object
-        and request.object["spec"] == request.old_object["spec"]
-        and (new_meta.get("finalizers") or []) == (old_meta.get("finalizers") or [])
-        and (new_meta.get("ownerReferences") or []) == (old_meta.get("ownerReferences") or [])
-    )
-    if not unchanged:
-        denials.append(NODE_OTHER_FIELDS)
+    # Every stored Node has a spec (the API server always serialises it); reading a
+    # missing one is an evaluation error in CEL, hence a denial of each rule on spec.
+    if "spec" not in request.object or "spec" not in request.old_object:
+        denials += [NODE_FOREIGN_TAINTS, NODE_TAINT_SHAPE, NODE_OTHER_FIELDS]
+    else:
+        old_spec, new_spec = request.old_object["spec"], request.object["spec"]
+        old_taints, new_taints = old_spec.get("taints") or [], new_spec.get("taints") or []
+        if _foreign_taints(new_taints) != _foreign_taints(old_taints):
+            denials.append(NODE_FOREIGN_TAINTS)
+        mine = _health_taints(new_taints)
+        if mine != _health_taints(old_taints) and (
+            len(mine) > 1 or any(t.get("effect") not in HEALTH_TAINT_EFFECTS for t in mine)
+        ):
+            denials.append(NODE_TAINT_SHAPE)
+        unchanged = (
+            all(
+                (name in new_spec) == (name in old_spec)
+                and new_spec.get(name) == old_spec.get(name)
+                for name in NODE_SPEC_FIELDS
+            )
+            and (new_meta.get("finalizers") or []) == (old_meta.get("finalizers") or [])
+            and (new_meta.get("ownerReferences") or []) == (old_meta.get("ownerReferences") or [])
+        )
+        if not unchanged:
+            denials.append(NODE_OTHER_FIELDS)
     new_managers = _other_managers(new_meta)
     if not (
         _other_managers(old_meta, kept_only=True) <= new_managers
@@ -279,6 +324,15 @@ def node_policy_intent(request: AdmissionRequest, *, namespace: str) -> Verdict:
     ):
         denials.append(NODE_MANAGED_FIELDS)
     return Verdict(True, tuple(denials))
+
+
+def _health_taints(taints: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [taint for taint in taints if taint.get("key") == HEALTH_TAINT_KEY]
+
+
+def _foreign_taints(taints: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Every taint but gfd's, in order (the policy compares them as lists)."""
+    return [taint for taint in taints if taint.get("key") != HEALTH_TAINT_KEY]
 
 
 def _health_entry_only(entry: Mapping[str, Any]) -> bool:

@@ -1,20 +1,24 @@
 """The ValidatingAdmissionPolicies of deploy/: their CEL (run by cel-python) and a plain
 Python statement of their intent agree, on chosen cases, on generated ones, and on
 the requests gfd's real sinks send to the API server emulator. The node sink has three:
-labels (gfd-node-labeler), the GPUHealthy condition (gfd-node-health) and events about
-the node (gfd-node-events)."""
+labels, annotations and gfd's health taint (gfd-node-labeler), the GPUHealthy condition
+(gfd-node-health) and events about the node (gfd-node-events)."""
 
 from __future__ import annotations
 
 import copy
+import importlib.resources
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from packaging.version import Version
 
 from tests.deploy.admission_model import (
     EVENTS_IDENTITY,
@@ -29,7 +33,9 @@ from tests.deploy.admission_model import (
     HEALTH_POD_BOUND,
     HEALTH_REASONS,
     HEALTH_STATUS_FIELDS,
+    HEALTH_TAINT_KEY,
     NODE_ANNOTATIONS,
+    NODE_FOREIGN_TAINTS,
     NODE_LABELS,
     NODE_MANAGED_FIELDS,
     NODE_NAME_CLAIM,
@@ -38,7 +44,9 @@ from tests.deploy.admission_model import (
     NODE_OTHER_FIELDS,
     NODE_OWN,
     NODE_POD_BOUND,
+    NODE_SPEC_FIELDS,
     NODE_STATUS_FIELDS,
+    NODE_TAINT_SHAPE,
     NODEFEATURE_FEATURES,
     NODEFEATURE_IDENTITY,
     NODEFEATURE_LABELS,
@@ -225,7 +233,7 @@ def test_other_annotations_spec_and_finalizers_are_out_of_bounds(node_policy: Ce
     assert both(node_policy, update(old, new)).denials == (NODE_OTHER_FIELDS,)
     new = copy.deepcopy(old)
     new["spec"]["taints"] = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
-    assert both(node_policy, update(old, new)).denials == (NODE_OTHER_FIELDS,)
+    assert both(node_policy, update(old, new)).denials == (NODE_FOREIGN_TAINTS,)
     new = copy.deepcopy(old)
     new["metadata"]["finalizers"] = ["nvidia.com/keep"]
     assert both(node_policy, update(old, new)).denials == (NODE_OTHER_FIELDS,)
@@ -258,6 +266,191 @@ def test_other_managers_managed_fields_are_out_of_bounds(node_policy: CelPolicy)
         assert both(node_policy, update(before, after)).denials == denials
 
 
+# ---------------------------------------------------------------- node taints
+
+
+def taint(
+    key: str = HEALTH_TAINT_KEY, value: str | None = "XidError", effect: str = "NoSchedule"
+) -> dict[str, str]:
+    """A taint as the API server stores it (no value: left out)."""
+    entry = {"key": key, "effect": effect}
+    if value is not None:
+        entry["value"] = value
+    return entry
+
+
+#: Taints other writers put on a GPU node: the GPU Operator's convention, cordoning, and
+#: the node lifecycle controller's.
+FOREIGN = [
+    taint("nvidia.com/gpu", None),
+    taint("node.kubernetes.io/unschedulable", None),
+    taint("node.kubernetes.io/not-ready", None, "NoExecute"),
+]
+
+
+def with_taints(obj: dict[str, Any], taints: list[dict[str, str]] | None) -> dict[str, Any]:
+    """A copy of ``obj`` with ``spec.taints`` set (None: absent)."""
+    changed = copy.deepcopy(obj)
+    if taints is None:
+        changed["spec"].pop("taints", None)
+    else:
+        changed["spec"]["taints"] = copy.deepcopy(taints)
+    return changed
+
+
+def owned(obj: dict[str, Any], record: str | None) -> dict[str, Any]:
+    """A copy of ``obj`` whose taint ownership annotation is ``record`` (None: absent)."""
+    changed = copy.deepcopy(obj)
+    annotations = changed["metadata"]["annotations"]
+    if record is None:
+        annotations.pop("nvidia.com/gfd.taints", None)
+    else:
+        annotations["nvidia.com/gfd.taints"] = record
+    return changed
+
+
+@pytest.mark.parametrize("before", [None, [], FOREIGN], ids=["no-taints", "empty", "foreign"])
+def test_gfd_may_add_change_and_remove_its_taint(
+    node_policy: CelPolicy, before: list[dict[str, str]] | None
+) -> None:
+    # The whole life of gfd's taint, beside whatever taints others set: added with its
+    # ownership record, its reason changed, its effect changed, removed.
+    clean = with_taints(node(), before)
+    others = list(before or [])
+    added = owned(with_taints(clean, [*others, taint()]), "nvidia.com/gpu.health:NoSchedule")
+    reworded = with_taints(added, [*others, taint(value="GPULost")])
+    # A strategic merge or JSON patch may put gfd's entry anywhere among the others.
+    moved = with_taints(added, [taint(value="GPULost"), *others])
+    harsher = owned(
+        with_taints(added, [*others, taint(value="GPULost", effect="NoExecute")]),
+        "nvidia.com/gpu.health:NoExecute",
+    )
+    removed = owned(with_taints(harsher, others if before is not None else None), None)
+    steps = [(clean, added), (added, reworded), (added, moved), (reworded, harsher)]
+    steps.append((harsher, removed))
+    for old, new in steps:
+        assert both(node_policy, update(old, new)) == Verdict(True), new["spec"]
+
+
+def test_labels_and_the_taint_change_together(node_policy: CelPolicy) -> None:
+    # The label rules are unaffected by a taint in the same request, either way.
+    old = with_taints(node(), FOREIGN)
+    new = with_labels(with_taints(old, [*FOREIGN, taint()]), {"nvidia.com/gpu.count": "8"})
+    assert both(node_policy, update(old, new)) == Verdict(True)
+    bad_label = with_labels(new, {"kubernetes.io/hostname": "spoofed"})
+    assert both(node_policy, update(old, bad_label)).denials == (NODE_LABELS,)
+    operator = with_labels(new, {"nvidia.com/mig.config": "all-1g.10gb"})
+    assert both(node_policy, update(old, operator)).denials == (NODE_OPERATOR,)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        [*FOREIGN, taint("example.com/maintenance", "true")],
+        FOREIGN[1:],
+        [taint("nvidia.com/gpu", "present"), *FOREIGN[1:]],
+        [taint("nvidia.com/gpu", None, "NoExecute"), *FOREIGN[1:]],
+        [FOREIGN[1], FOREIGN[0], FOREIGN[2]],
+        [],
+    ],
+    ids=["added", "removed", "value-changed", "effect-changed", "reordered", "all-removed"],
+)
+def test_a_foreign_taint_is_refused(node_policy: CelPolicy, after: list[dict[str, str]]) -> None:
+    old = with_taints(node(), FOREIGN)
+    verdict = both(node_policy, update(old, with_taints(old, after)))
+    assert verdict.denials == (NODE_FOREIGN_TAINTS,)
+    # Nor does changing gfd's own taint in the same request make it pass.
+    mine = with_taints(old, [*after, taint()])
+    assert both(node_policy, update(old, mine)).denials == (NODE_FOREIGN_TAINTS,)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["nvidia.com/gpu", "nvidia.com/gpu.health.x", "nvidia.com/gpu.healthy", "gpu.health"],
+)
+def test_any_other_taint_key_is_refused(node_policy: CelPolicy, key: str) -> None:
+    # gfd's key exactly: a taint under any other key, nvidia.com/ ones included, is
+    # somebody else's.
+    old = node()
+    new = owned(with_taints(old, [taint(key)]), f"{key}:NoSchedule")
+    assert both(node_policy, update(old, new)).denials == (NODE_FOREIGN_TAINTS,)
+
+
+def test_another_nodes_taints_are_refused(node_policy: CelPolicy) -> None:
+    old = with_taints(node("gpu-1"), FOREIGN)
+    for after in ([*FOREIGN, taint()], FOREIGN[1:]):
+        verdict = both(node_policy, update(old, with_taints(old, after), claim="gpu-2"))
+        assert NODE_OWN in verdict.denials
+    # gfd's own taint on another node is refused like any other change there.
+    theirs = with_taints(old, [*FOREIGN, taint()])
+    verdict = both(node_policy, update(theirs, with_taints(theirs, FOREIGN), claim="gpu-2"))
+    assert verdict.denials == (NODE_OWN,)
+
+
+@pytest.mark.parametrize(
+    "mine",
+    [
+        [taint(effect="PreferNoSchedule")],
+        [taint(), taint(effect="NoExecute")],
+        [taint(), taint()],
+        [{"key": HEALTH_TAINT_KEY, "value": "XidError"}],
+    ],
+    ids=["prefer-no-schedule", "two-effects", "twice", "no-effect"],
+)
+def test_gfd_taint_is_one_entry_that_keeps_pods_off(
+    node_policy: CelPolicy, mine: list[dict[str, str]]
+) -> None:
+    old = with_taints(node(), FOREIGN)
+    verdict = both(node_policy, update(old, with_taints(old, [*FOREIGN, *mine])))
+    assert verdict.denials == (NODE_TAINT_SHAPE,)
+
+
+def test_a_taint_with_gfds_key_set_by_an_admin_stays_acceptable(node_policy: CelPolicy) -> None:
+    # An admin's taint under gfd's key, of any shape, does not block gfd's label writes:
+    # the shape rule judges a change of those taints, not their presence.
+    old = with_taints(node(), [taint(value="maintenance", effect="PreferNoSchedule")])
+    new = with_labels(old, {"nvidia.com/gpu.count": "8"})
+    assert both(node_policy, update(old, new)) == Verdict(True)
+
+
+def _node_spec_properties(version: str) -> set[str]:
+    schemas = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
+    text = (schemas / f"v{version}-local-strict" / "nodespec-v1.json").read_text()
+    return set(json.loads(text)["properties"])
+
+
+def test_node_spec_fields_are_every_field_but_taints() -> None:
+    # The node policy names each NodeSpec field it holds unchanged: a field a new
+    # Kubernetes adds would otherwise be open to gfd. Every schema from the floor (1.30)
+    # to the newest kubernetes-validate knows is read.
+    versions = [
+        v
+        for v in sorted(set(kubernetes_validate.utils.all_versions()), key=Version)
+        if Version(v) >= Version("1.30")
+    ]
+    assert versions and Version(versions[-1]) >= Version("1.36"), versions
+    fields: set[str] = set()
+    for version in versions:
+        fields |= _node_spec_properties(version)
+    assert fields - {"taints"} == set(NODE_SPEC_FIELDS)
+
+
+@pytest.mark.parametrize("field", NODE_SPEC_FIELDS)
+def test_every_other_spec_field_is_refused(node_policy: CelPolicy, field: str) -> None:
+    # Each field the list names is one the CEL really holds: set, changed and removed.
+    value: Any = {
+        "podCIDRs": ["10.0.1.0/24"],
+        "unschedulable": True,
+        "configSource": {"configMap": {"name": "kubelet", "namespace": "kube-system"}},
+    }.get(field, "x")
+    old = node()
+    old["spec"].pop("podCIDR")
+    new = copy.deepcopy(old)
+    new["spec"][field] = value
+    for before, after in ((old, new), (new, old)):
+        assert both(node_policy, update(before, after)).denials == (NODE_OTHER_FIELDS,)
+
+
 def test_create_and_delete_are_denied(node_policy: CelPolicy) -> None:
     claim = pod_bound_claims("gpu-1")
     create = AdmissionRequest("CREATE", "", "nodes", GFD, node(), None, claim)
@@ -288,6 +481,15 @@ label_keys = st.sampled_from(
         "topology.kubernetes.io/zone",
     ]
 )
+#: Taints the generated updates draw from: gfd's in each shape, and others'.
+TAINTS = [
+    taint(),
+    taint(value="GPULost"),
+    taint(effect="NoExecute"),
+    taint(effect="PreferNoSchedule"),
+    *FOREIGN,
+    taint("nvidia.com/gpu.healthy"),
+]
 label_maps = st.dictionaries(label_keys, st.sampled_from(["", "1", "8", "true"]), max_size=5)
 
 
@@ -302,6 +504,8 @@ label_maps = st.dictionaries(label_keys, st.sampled_from(["", "1", "8", "true"])
     claim=st.sampled_from(["gpu-1", "gpu-2", None]),
     node_bound=st.booleans(),
     spec_changes=st.booleans(),
+    old_taints=st.none() | st.lists(st.sampled_from(TAINTS), max_size=3),
+    new_taints=st.none() | st.lists(st.sampled_from(TAINTS), max_size=3),
 )
 def test_cel_and_intent_agree_on_generated_updates(
     node_policy: CelPolicy,
@@ -312,9 +516,11 @@ def test_cel_and_intent_agree_on_generated_updates(
     claim: str | None,
     node_bound: bool,
     spec_changes: bool,
+    old_taints: list[dict[str, str]] | None,
+    new_taints: list[dict[str, str]] | None,
 ) -> None:
-    old = node(labels=old_labels, annotations=old_annotations)
-    new = node(labels=new_labels, annotations=new_annotations)
+    old = with_taints(node(labels=old_labels, annotations=old_annotations), old_taints)
+    new = with_taints(node(labels=new_labels, annotations=new_annotations), new_taints)
     if not old_labels:
         del old["metadata"]["labels"]
     if spec_changes:

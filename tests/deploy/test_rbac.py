@@ -15,6 +15,8 @@ NODE_SINK = {
     # The GPUHealthy condition, and an Event per change of it, in default.
     ("ClusterRole", "", "nodes/status", frozenset({"patch"})),
     ("Role", "", "events", frozenset({"create"})),
+    # The device-plugin check on DRA nodes: its node's ResourceSlices, read only.
+    ("ClusterRole", "resource.k8s.io", "resourceslices", frozenset({"list"})),
 }
 NODE_SINK_POLICIES = {"gfd-node-labeler", "gfd-node-health", "gfd-node-events"}
 NODE_FEATURE_SINK = {

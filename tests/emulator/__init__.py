@@ -10,9 +10,14 @@ Reproduced (documented API behaviour):
   and patch, which writes status alone while the main resource writes all but
   status), Pods, DaemonSets and ReplicaSets (get, list; enough for owner
   references), core/v1 Events (create, with the server's rule that an Event about a
-  cluster-scoped object lives in ``default``), and ``nfd.k8s-sigs.io/v1alpha1``
-  NodeFeatures in namespaces (get, list, create, update, patch, delete). Unknown
-  paths answer 404, unsupported verbs 405.
+  cluster-scoped object lives in ``default``), ``resource.k8s.io/v1`` ResourceSlices
+  (get, list; arranged directly, as a DRA driver would publish them), and
+  ``nfd.k8s-sigs.io/v1alpha1`` NodeFeatures in namespaces (get, list, create, update,
+  patch, delete). Unknown paths answer 404, unsupported verbs 405.
+* Field selectors on lists (``a=b``, ``a==b``, ``a!=b``, comma-joined) on the fields the
+  API server registers: ``metadata.name`` everywhere, ``metadata.namespace`` for
+  namespaced resources, ``spec.nodeName`` and ``spec.driver`` for ResourceSlices; any
+  other field answers 400.
 * ``resourceVersion``: one cluster-wide counter, bumped by every write that changes
   an object; a write that changes nothing keeps the version (as the real server
   skips no-op updates). A ``metadata.resourceVersion`` in a patch or update body is a
@@ -49,7 +54,7 @@ recorded in ``tests/records/kube-apiserver/answers.json`` (re-recorded against a
 server by :mod:`tests.emulator.record_answers`; replayed by ``test_recorded_answers.py``),
 and, live, by ``tests/realkube/test_emulator_parity.py`` when a real server is given.
 
-Not reproduced: watches, list pagination and label/field selectors, server-side
+Not reproduced: watches, list pagination, label selectors, server-side
 apply, admission (webhooks, ValidatingAdmissionPolicy), RBAC objects (permissions
 are set per token directly), strategic-merge directives (``$patch`` and friends are
 refused with 400 rather than misapplied), most of each kind's schema (only

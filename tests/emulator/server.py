@@ -81,6 +81,11 @@ RESOURCES: dict[str, ResourceType] = {
     ),
     "daemonsets": ResourceType("daemonsets", "apps", "v1", "DaemonSet", namespaced=True),
     "replicasets": ResourceType("replicasets", "apps", "v1", "ReplicaSet", namespaced=True),
+    # NVIDIA's DRA driver publishes a node's GPUs in these (written by the driver; gfd
+    # only lists them, by field selector).
+    "resourceslices": ResourceType(
+        "resourceslices", "resource.k8s.io", "v1", "ResourceSlice", namespaced=False
+    ),
     "nodefeatures": ResourceType(
         "nodefeatures",
         "nfd.k8s-sigs.io",
@@ -99,6 +104,12 @@ _ROUTE = re.compile(
 )
 #: The resources whose ``status`` subresource the emulator serves (get and patch).
 STATUS_SUBRESOURCES = frozenset({"nodes"})
+#: The fields a list's ``fieldSelector`` may name, per resource, as the API server
+#: registers them: every resource has ``metadata.name`` (and a namespaced one
+#: ``metadata.namespace``); a ResourceSlice also its node and driver.
+SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
+    "resourceslices": ("spec.nodeName", "spec.driver"),
+}
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,7 @@ GFD_RULES: frozenset[tuple[str, ...]] = frozenset(
         ("patch", "nodes"),
         ("patch", "nodes/status"),
         ("create", "events", "default"),
+        ("list", "resourceslices"),
         ("get", "pods"),
         ("get", "nodefeatures"),
         ("create", "nodefeatures"),
@@ -404,6 +416,26 @@ class ApiServerEmulator:
             ]
         spec = {"containers": [{"name": "gfd", "image": "gfd"}]}
         return self._create_direct("pods", namespace, {"metadata": metadata, "spec": spec})
+
+    def add_resource_slice(
+        self,
+        name: str,
+        *,
+        node_name: str,
+        driver: str,
+        devices: Iterable[Mapping[str, Any]],
+        pool: str | None = None,
+        generation: int = 1,
+    ) -> dict[str, Any]:
+        """A ResourceSlice as a DRA driver publishes it: ``devices`` of ``node_name``, in
+        the pool named after the node unless ``pool`` is given."""
+        spec = {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": pool or node_name, "generation": generation, "resourceSliceCount": 1},
+            "devices": [copy.deepcopy(dict(device)) for device in devices],
+        }
+        return self._create_direct("resourceslices", "", {"metadata": {"name": name}, "spec": spec})
 
     def add_daemonset(self, namespace: str, name: str) -> dict[str, Any]:
         return self._create_direct("daemonsets", namespace, _workload(name))
@@ -729,7 +761,8 @@ class ApiServerEmulator:
         key = (resource.plural, namespace, name or "")
         with self._lock:
             if verb == "list":
-                return _Reply(200, self._list(resource, namespace))
+                selector = _field_selector(resource, query.get("fieldSelector", ""))
+                return _Reply(200, self._list(resource, namespace, selector))
             if verb == "create":
                 return _Reply(201, self._create(resource, namespace, body))
             current = self._objects.get(key)
@@ -765,11 +798,20 @@ class ApiServerEmulator:
                 ),
             )
 
-    def _list(self, resource: ResourceType, namespace: str) -> dict[str, Any]:
+    def _list(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        selector: Iterable[tuple[str, str, bool]] = (),
+    ) -> dict[str, Any]:
         items = [
             copy.deepcopy(obj)
             for (plural, ns, _), obj in sorted(self._objects.items())
-            if plural == resource.plural and (not resource.namespaced or ns == namespace)
+            if plural == resource.plural
+            and (not resource.namespaced or ns == namespace)
+            and all(
+                (_field_value(obj, path) == value) == wanted for path, value, wanted in selector
+            )
         ]
         return {
             "kind": f"{resource.kind}List",
@@ -983,6 +1025,35 @@ class ApiServerEmulator:
                 kind=resource.kind,
                 causes=[c.to_status_cause() for c in causes],
             )
+
+
+def _field_selector(resource: ResourceType, text: str) -> list[tuple[str, str, bool]]:
+    """A list's ``fieldSelector`` as (field, value, equal) terms: ``a=b``, ``a==b`` and
+    ``a!=b`` joined by commas, as apimachinery's fields.ParseSelector reads them (no
+    escapes). A field the resource does not register answers 400, as the API server does."""
+    terms: list[tuple[str, str, bool]] = []
+    selectable = {"metadata.name", *SELECTABLE_FIELDS.get(resource.plural, ())}
+    if resource.namespaced:
+        selectable.add("metadata.namespace")
+    for term in filter(None, text.split(",")):
+        operator = next((op for op in ("!=", "==", "=") if op in term), None)
+        if operator is None:
+            raise _ApiError(
+                400, "BadRequest", f"invalid selector: '{text}'; can't understand '{term}'"
+            )
+        path, _, value = term.partition(operator)
+        if path not in selectable:
+            raise _ApiError(400, "BadRequest", f'field label not supported: "{path}"')
+        terms.append((path, value, operator != "!="))
+    return terms
+
+
+def _field_value(obj: Mapping[str, Any], path: str) -> str:
+    """The value a field selector compares: the field's text, "" when it is absent."""
+    node: Any = obj
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return "" if node is None else str(node)
 
 
 def _check_event(event: Mapping[str, Any], namespace: str) -> None:

@@ -17,15 +17,17 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
 
 import pytest
 import yaml
 
-from tests.deploy.manifests import REPO_ROOT
+from tests.deploy.manifests import DEPLOY_DIR, REPO_ROOT, render_directory
 from tests.oracles import oracles_required
 
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "gfd"
@@ -48,6 +50,13 @@ OVERLAY_VALUES: dict[str, Values] = {
     "nfd": {"sinks": {"node": {"enabled": False}, "featureFile": {"enabled": True}}},
     "node-feature-api": {"sinks": {"node": {"enabled": False}, "nodeFeature": {"enabled": True}}},
     "vgpu": {"vgpu": {"enabled": True}},
+}
+
+#: Values of configurations that deploy/ reaches with a component added to an overlay
+#: (as docs/deploy.md and the component's header say): name -> (overlay, components,
+#: values). The chart must render the same objects as that overlay with those components.
+COMPONENT_VALUES: dict[str, tuple[str, tuple[str, ...], Values]] = {
+    "health-taint": ("standalone", ("health-taint",), {"healthTaint": {"enabled": True}}),
 }
 
 SHARING_CONFIG = """\
@@ -89,6 +98,8 @@ MATRIX: dict[str, Values] = {
     "no-admission-policies": {"admissionPolicies": {"enabled": False}},
     "health-off": {"health": {"condition": False}},
     "health-tuned": {"health": {"label": True, "gracePeriod": "90s"}},
+    **{name: values for name, (_, _, values) in COMPONENT_VALUES.items()},
+    "health-taint-no-execute": {"healthTaint": {"enabled": True, "effect": "NoExecute"}},
     "on-delete": {"updateStrategy": {"type": "OnDelete"}},
     "no-metrics": {"metrics": {"enabled": False}},
     "service-monitor": {
@@ -284,3 +295,23 @@ def by_identity(objects: Sequence[Manifest]) -> dict[tuple[str, str | None, str]
     found = {identity(obj): obj for obj in objects}
     assert len(found) == len(objects), f"duplicate objects: {[identity(o) for o in objects]}"
     return found
+
+
+def render_with_components(
+    tmp_path: Path, overlay: str, components: Sequence[str]
+) -> list[Manifest]:
+    """``kubectl kustomize`` of a user's overlay: deploy/'s ``overlay`` as its resource,
+    plus deploy/'s ``components``. kustomize takes neither absolute paths nor paths out
+    of the tree, so the overlay is written into a copy of deploy/ under ``tmp_path``."""
+    copied = tmp_path / "deploy"
+    shutil.copytree(DEPLOY_DIR, copied)
+    directory = copied / "overlays" / "with-components"
+    directory.mkdir()
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"../{overlay}"],
+        "components": [f"../../components/{name}" for name in components],
+    }
+    (directory / "kustomization.yaml").write_text(json.dumps(kustomization), encoding="utf-8")
+    return render_directory(directory)

@@ -20,6 +20,7 @@ import gfd
 from tests.deploy.manifests import SUPPORTED_KUBERNETES, args_of, find, one, pod_spec, render
 from tests.helm.chart import (
     CHART_DIR,
+    COMPONENT_VALUES,
     FOREIGN_KINDS,
     MATRIX,
     OVERLAY_VALUES,
@@ -27,6 +28,7 @@ from tests.helm.chart import (
     Helm,
     by_identity,
     load_chart,
+    render_with_components,
     strip_helm_labels,
 )
 
@@ -94,11 +96,15 @@ def chart_as_deploy(helm: Helm, values: dict[str, Any]) -> dict[Any, dict[str, A
     return by_identity([strip_helm_labels(o) for o in helm.template(values)])
 
 
-def kustomize_as_chart(overlay: str) -> dict[Any, dict[str, Any]]:
-    """``kubectl kustomize`` of the overlay, normalised to compare with the chart. The one
-    normalisation: the overlay's Namespace object is left out, because a chart never
-    renders its own namespace (``helm install --create-namespace`` makes it)."""
-    return by_identity([o for o in render(overlay) if o["kind"] != "Namespace"])
+def kustomize_as_chart(
+    overlay: str, rendered: list[dict[str, Any]] | None = None
+) -> dict[Any, dict[str, Any]]:
+    """``kubectl kustomize`` of the overlay (or its ``rendered`` objects), normalised to
+    compare with the chart. The one normalisation: the overlay's Namespace object is left
+    out, because a chart never renders its own namespace (``helm install
+    --create-namespace`` makes it)."""
+    objects = render(overlay) if rendered is None else rendered
+    return by_identity([o for o in objects if o["kind"] != "Namespace"])
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAY_VALUES))
@@ -114,6 +120,23 @@ def test_renders_what_the_kustomize_overlay_renders(helm: Helm, overlay: str) ->
             f"{overlay}: {key} differs between the chart and deploy/ (for a policy: "
             "python -m tests.helm.chart_policies)"
         )
+
+
+@pytest.mark.parametrize("case", sorted(COMPONENT_VALUES))
+def test_renders_what_the_overlay_with_a_component_renders(
+    helm: Helm, case: str, tmp_path: Path
+) -> None:
+    # The same for a configuration deploy/ reaches by adding a component to an overlay
+    # (the health taint): one set of objects, field for field.
+    overlay, components, values = COMPONENT_VALUES[case]
+    kustomized = kustomize_as_chart(overlay, render_with_components(tmp_path, overlay, components))
+    chart = chart_as_deploy(helm, dict(values))
+    assert sorted(chart, key=str) == sorted(kustomized, key=str)
+    for key, obj in kustomized.items():
+        assert chart[key] == obj, f"{case}: {key} differs between the chart and deploy/"
+    # And the component changes what it says it does: the overlay alone differs.
+    key = ("DaemonSet", "gpu-feature-discovery", "gfd")
+    assert kustomize_as_chart(overlay)[key] != kustomized[key]
 
 
 def test_the_comparison_sees_a_changed_policy(helm: Helm) -> None:
@@ -201,7 +224,8 @@ def test_config_fallback_strategies(helm: Helm) -> None:
 def test_scheduling_values_reach_the_pod(helm: Helm) -> None:
     spec = pod_spec(workload(helm.template(MATRIX["scheduling"])))
     assert spec["nodeSelector"] == {"gpu-pool": "training"}
-    assert spec["tolerations"] == MATRIX["scheduling"]["tolerations"]
+    # The values' tolerations, then gfd's own taint's (the node sink's, always).
+    assert spec["tolerations"] == [*MATRIX["scheduling"]["tolerations"], HEALTH_TOLERATION]
     assert "priorityClassName" not in spec
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["imagePullSecrets"] == [{"name": "registry-login"}]
@@ -228,6 +252,9 @@ def test_sinks_get_exactly_their_rbac(helm: Helm) -> None:
     no_api = pod_spec(workload(helm.template(MATRIX["nfd"])))
     assert no_api["automountServiceAccountToken"] is False
 
+
+#: The node sink's pods tolerate gfd's own taint, with every effect.
+HEALTH_TOLERATION = {"key": "nvidia.com/gpu.health", "operator": "Exists"}
 
 HEALTH_OBJECTS = {
     ("Role", "gfd-node-events"),
@@ -288,6 +315,45 @@ def test_health_values_reach_gfd_only_with_the_node_sink(helm: Helm) -> None:
     assert _names(nulls) >= HEALTH_OBJECTS
 
 
+def _grants_resource_slices(objects: list[dict[str, Any]]) -> bool:
+    role = find(objects, "ClusterRole", "gfd-node-labeler")
+    return any(
+        rule["apiGroups"] == ["resource.k8s.io"]
+        and rule["resources"] == ["resourceslices"]
+        and rule["verbs"] == ["list"]
+        for r in role
+        for rule in r["rules"]
+    )
+
+
+def test_health_taint_is_an_opt_in(helm: Helm) -> None:
+    # Off by default; the toleration and the ResourceSlice read come with the node sink
+    # whether the taint is on or not (gfd removes a taint of its own after the option
+    # goes off, and the device-plugin check reads ResourceSlices on DRA nodes).
+    default = helm.template({})
+    assert not [a for a in _health_args(default) if a.startswith("--health-taint")]
+    assert HEALTH_TOLERATION in pod_spec(workload(default))["tolerations"]
+    assert _grants_resource_slices(default)
+    assert _health_args(helm.template(MATRIX["health-taint"])) == ["--health-taint"]
+    assert _health_args(helm.template(MATRIX["health-taint-no-execute"])) == [
+        "--health-taint",
+        "--health-taint-effect=NoExecute",
+    ]
+    explicit = {"healthTaint": {"enabled": True, "effect": "NoSchedule"}}
+    assert _health_args(helm.template(explicit)) == ["--health-taint"]
+    off = {"healthTaint": {"enabled": False, "effect": "NoExecute"}}
+    assert _health_args(helm.template(off)) == []
+
+
+def test_without_the_node_sink_no_taint_toleration_nor_slices(helm: Helm) -> None:
+    objects = helm.template(MATRIX["node-feature-api"])
+    assert (
+        "tolerations" not in pod_spec(workload(objects))
+        or HEALTH_TOLERATION not in (pod_spec(workload(objects))["tolerations"])
+    )
+    assert not find(objects, "ClusterRole")
+
+
 def test_update_strategy(helm: Helm) -> None:
     default = workload(helm.template({}))["spec"]["updateStrategy"]
     assert default == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "10%"}}
@@ -344,6 +410,9 @@ REFUSED = [
     ({"health": {"gracePeriod": "5"}}, "/health/gracePeriod"),
     ({"health": {"gracePeriod": 300}}, "/health/gracePeriod"),
     ({"health": {"grace": "5m"}}, "grace"),
+    ({"healthTaint": {"enabled": "yes"}}, "/healthTaint/enabled"),
+    ({"healthTaint": {"effect": "PreferNoSchedule"}}, "/healthTaint/effect"),
+    ({"healthTaint": {"key": "example.com/x"}}, "key"),
 ]
 
 
@@ -389,6 +458,13 @@ def test_template_refuses_contradictions(helm: Helm) -> None:
         ({"sinks": {"node": {"enabled": False}}}, "at least one"),
         ({"gfd": {"enabled": False}}, "/gfd/enabled"),
         ({"config": {"map": {"a": "b"}, "default": "c"}}, "config.default"),
+        (
+            {
+                "healthTaint": {"enabled": True},
+                "sinks": {"node": {"enabled": False}, "featureFile": {"enabled": True}},
+            },
+            "healthTaint.enabled",
+        ),
     ):
         refused = helm.refusal(values)
         assert message in refused, (values, refused)
