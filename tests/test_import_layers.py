@@ -37,6 +37,24 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     )
 )
 
+#: Layers inside a part whose modules must point down too, lowest first; a module sits in
+#: the layer of the longest name it is or starts with. In gfd.health the checks know only
+#: the Check protocol (a new check is one file and one registry line, and no check leans
+#: on another), and the condition knows neither the registry nor the monitor.
+INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
+    "gfd.health": tuple(
+        frozenset(layer)
+        for layer in (
+            {"gfd.health.check"},
+            {"gfd.health.checks"},
+            {"gfd.health.registry", "gfd.health.condition"},
+            {"gfd.health.monitor"},
+            {"gfd.health.reporter"},
+            {"gfd.health"},
+        )
+    ),
+}
+
 
 def _modules() -> dict[str, Path]:
     found = {}
@@ -138,6 +156,29 @@ GRAPH = {name: _gfd_imports(name) for name in MODULES}
 
 def test_imports_only_point_down() -> None:
     upward = upward_imports(GRAPH)
+    assert not upward, "\n".join(upward)
+
+
+def _inner_layer(name: str, layers: tuple[frozenset[str], ...]) -> int:
+    found = [
+        (len(prefix), index)
+        for index, layer in enumerate(layers)
+        for prefix in layer
+        if name == prefix or name.startswith(prefix + ".")
+    ]
+    if not found:
+        raise AssertionError(f"{name} is in no INNER_LAYERS layer of its part: add it")
+    return max(found)[1]
+
+
+def test_inside_a_layered_part_imports_point_down_too() -> None:
+    upward = [
+        f"{name} imports {target} (not below it in INNER_LAYERS[{part!r}])"
+        for part, layers in INNER_LAYERS.items()
+        for name in sorted(m for m in GRAPH if _part(m) == part)
+        for target in sorted(GRAPH[name])
+        if _part(target) == part and _inner_layer(target, layers) >= _inner_layer(name, layers)
+    ]
     assert not upward, "\n".join(upward)
 
 

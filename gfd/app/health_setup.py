@@ -60,7 +60,7 @@ class HealthSetup:
         )
         read_node = writer = None
         if node_sink is not None:
-            from gfd.sinks.condition import NodeConditionWriter, node_reader
+            from gfd.health.condition import NodeConditionWriter, node_reader
 
             read_node = node_reader(node_sink)
             if settings.health_condition:

@@ -3,8 +3,9 @@
 This module owns what a duration is (Go's syntax: ``90s``, ``1h30m``, ``500ms``;
 ``infinite``; integer nanoseconds in the config file, with the mistakes that form
 invites refused), which words are booleans, and the names of the health checks a user
-may ask for (the checks themselves are :mod:`gfd.health`'s, which imports the names from
-here: configuration never imports the checks). Pure functions; errors are
+may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
+check by its constant here, and a test holds the two to the same names: configuration
+never imports the checks). Pure functions; errors are
 :class:`~gfd.errors.ConfigError` naming ``where`` the value came from.
 """
 
@@ -122,7 +123,8 @@ def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float |
 GPU_LOST_CHECK = "gpu-lost"
 DEVICE_PLUGIN_CHECK = "device-plugin"
 NVLINK_CHECK = "nvlink"
-#: Every health check, in the order their problems are reported.
+#: Every health check, in the order their problems are reported (the registry's order,
+#: :data:`gfd.health.registry.REGISTRY`).
 HEALTH_CHECKS = (GPU_LOST_CHECK, DEVICE_PLUGIN_CHECK, NVLINK_CHECK)
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 
 from gfd.health import CONDITION_TYPE, HealthState, Transition, node_condition
+from gfd.health.condition import EVENT_NAMESPACE, NodeConditionWriter
 from gfd.kube_api import KubeClient
-from gfd.sinks.condition import EVENT_NAMESPACE, NodeConditionWriter
 from gfd.sinks.node import NodeSink
 from tests.kube.conftest import NODE
 from tests.kube.servers import EVENTS, NODES, ApiServer, writes

@@ -17,6 +17,7 @@ import pytest
 
 from gfd.agent import Agent
 from gfd.health import CONDITION_TYPE, HealthMonitor, HealthReporter
+from gfd.health.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
@@ -24,7 +25,6 @@ from gfd.metrics import AgentTelemetry
 from gfd.nvml.reader import NvmlReader
 from gfd.sim import SimulatedMachine, load_profile, simulate
 from gfd.sim.faults import Faults, GpuLost, GpuVanished, NvLinkDown
-from gfd.sinks.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.sinks.featurefile import FeatureFileSink
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator

@@ -18,13 +18,13 @@ import pytest
 
 from gfd.agent import Agent
 from gfd.health import CONDITION_TYPE, HealthMonitor, HealthReporter
+from gfd.health.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.reader import NvmlReader
 from gfd.sim import SimulatedMachine, load_profile, simulate
-from gfd.sinks.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.sinks.node import NodeSink
 from tests.realkube.cluster import GFD_USER, GfdCluster, GfdPod
 from tests.sim_swap import serve, without_last_gpu

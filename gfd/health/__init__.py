@@ -1,0 +1,99 @@
+"""GPU health: the checks, their false-positive guards, the state they add up to, and the
+``GPUHealthy`` node condition that reports it.
+
+gfd judges the health of the node's GPUs each cycle from what the cycle already holds
+(the facts NVML gave, the sysfs PCI tree, and, with the node sink, the Node the sink
+reads anyway). The package, one concern a module:
+
+- :mod:`~gfd.health.check`: the :class:`~gfd.health.check.Check` protocol, what a check
+  is handed and what it answers, the cycle's :class:`~gfd.health.check.Verdict`;
+- :mod:`~gfd.health.checks`: one module per check — ``gpu-lost``
+  (:mod:`~gfd.health.checks.gpu_lost`), ``device-plugin``
+  (:mod:`~gfd.health.checks.device_plugin`), ``nvlink``
+  (:mod:`~gfd.health.checks.nvlink`);
+- :mod:`~gfd.health.registry`: the one mapping from a check's name to its class;
+- :mod:`~gfd.health.monitor`: :class:`HealthMonitor`, which runs the enabled checks and
+  keeps what they remember across cycles and reloads;
+- :mod:`~gfd.health.condition`: :class:`HealthState` (the condition's status, reason and
+  message, and the label ``nvidia.com/gpu.health``), its parsing from the Node, and
+  :class:`NodeConditionWriter`, which writes it and an Event per change;
+- :mod:`~gfd.health.reporter`: :class:`HealthReporter`, which turns verdicts into that
+  state, holding the last one while no check can decide.
+
+The names below are those the rest of gfd and its tools import from ``gfd.health``.
+"""
+
+from __future__ import annotations
+
+from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
+from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
+from gfd.config.values import NVLINK_CHECK as NVLINK
+from gfd.health.check import (
+    DEFAULT_GRACE_PERIOD,
+    FAILING,
+    OK,
+    PENDING,
+    UNKNOWN,
+    Check,
+    CheckResult,
+    Problem,
+    Verdict,
+)
+from gfd.health.checks.device_plugin import (
+    REASON_ALLOCATABLE,
+    REASON_PLUGIN_MISSING,
+    expected_resources,
+)
+from gfd.health.checks.gpu_lost import REASON_GPU_LOST, PciScanner
+from gfd.health.checks.nvlink import REASON_NVLINK
+from gfd.health.condition import (
+    CONDITION_TYPE,
+    EVENT_NAMESPACE,
+    HEALTH_LABEL,
+    REASON_HEALTHY,
+    HealthState,
+    NodeConditionWriter,
+    Transition,
+    node_condition,
+    node_reader,
+    state_from_condition,
+)
+from gfd.health.monitor import HealthMonitor
+from gfd.health.registry import API_CHECKS, REASONS, REGISTRY
+from gfd.health.reporter import HealthReporter
+
+__all__ = [
+    "API_CHECKS",
+    "CONDITION_TYPE",
+    "DEFAULT_GRACE_PERIOD",
+    "DEVICE_PLUGIN",
+    "EVENT_NAMESPACE",
+    "FAILING",
+    "GPU_LOST",
+    "HEALTH_LABEL",
+    "NVLINK",
+    "OK",
+    "PENDING",
+    "REASONS",
+    "REASON_ALLOCATABLE",
+    "REASON_GPU_LOST",
+    "REASON_HEALTHY",
+    "REASON_NVLINK",
+    "REASON_PLUGIN_MISSING",
+    "REGISTRY",
+    "UNKNOWN",
+    "Check",
+    "CheckResult",
+    "HealthMonitor",
+    "HealthReporter",
+    "HealthState",
+    "NodeConditionWriter",
+    "PciScanner",
+    "Problem",
+    "Transition",
+    "Verdict",
+    "expected_resources",
+    "node_condition",
+    "node_reader",
+    "state_from_condition",
+]

@@ -1,0 +1,183 @@
+"""What a GPU health check is, what it is handed each cycle, and what it answers.
+
+This module owns the contract between :class:`~gfd.health.monitor.HealthMonitor` and the
+checks under :mod:`gfd.health.checks`: the :class:`Check` protocol (and
+:class:`CheckFactory`, how the registry holds a check before it is built), what a check is
+built from (:class:`CheckSetup`) and handed each cycle (:class:`Observation`), the results
+it gives (:class:`Problem`, :class:`CheckResult`, the states :data:`OK`, :data:`FAILING`,
+:data:`PENDING`, :data:`UNKNOWN`), the cycle's :class:`Verdict`, and how messages name a
+GPU (:class:`GpuDirectory`). It knows no check by name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gfd.config import Sharing
+from gfd.errors import GfdError
+from gfd.facts import Gpu, NodeFacts
+from gfd.pci import sysfs_bus_id
+
+OK = "ok"
+FAILING = "failing"
+#: A problem seen but not yet reported: the device plugin's grace period.
+PENDING = "pending"
+#: Nothing to decide from this cycle (the facts could not be read).
+UNKNOWN = "unknown"
+
+#: How long a check with a grace period waits before a problem counts (seconds).
+DEFAULT_GRACE_PERIOD = 300.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong, in words an operator acts on."""
+
+    check: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What one check found this cycle: :data:`OK`, :data:`FAILING`, :data:`PENDING` or :data:`UNKNOWN`."""
+
+    check: str
+    state: str
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Every enabled check's result for one cycle."""
+
+    results: tuple[CheckResult, ...]
+
+    @property
+    def failing(self) -> tuple[Problem, ...]:
+        return tuple(p for r in self.results if r.state == FAILING for p in r.problems)
+
+    @property
+    def decided(self) -> bool:
+        """No check is failing, and every one could say so."""
+        return all(r.state == OK for r in self.results)
+
+
+def gpu_name(index: int | None, address: str | None) -> str:
+    """``GPU 3 (0000:8a:00.0)`` — how messages name a GPU."""
+    where = address or "bus id unknown"
+    return f"GPU {index} ({where})" if index is not None else f"the GPU at {where}"
+
+
+class GpuDirectory:
+    """The NVML index and sysfs address of every GPU seen in this process's life.
+
+    A GPU that fell off the bus, or answered ``NVML_ERROR_GPU_IS_LOST``, is no longer in
+    the cycle's facts; its message still names it by both (``GPU 3 (0000:8a:00.0)``).
+    Shared by the checks, and handed on across a reload (``previous``).
+    """
+
+    def __init__(self, previous: GpuDirectory | None = None) -> None:
+        self._index_by_address: dict[str, int] = {}
+        self._address_by_index: dict[int, str] = {}
+        if previous is not None:
+            self._index_by_address = dict(previous._index_by_address)
+            self._address_by_index = dict(previous._address_by_index)
+
+    def remember(self, gpus: Iterable[Gpu]) -> None:
+        for gpu in gpus:
+            address = sysfs_bus_id(gpu.bus_id)
+            self._index_by_address[address] = gpu.index
+            self._address_by_index[gpu.index] = address
+
+    def index_at(self, address: str) -> int | None:
+        """NVML's index of the GPU last seen at the sysfs ``address``."""
+        return self._index_by_address.get(address)
+
+    def address_of(self, index: int | None) -> str | None:
+        """The sysfs address of the GPU last seen as NVML's ``index``."""
+        return self._address_by_index.get(index) if index is not None else None
+
+
+@dataclass(frozen=True)
+class CheckSetup:
+    """What the running configuration gives every check it builds.
+
+    ``clock`` (monotonic seconds) times grace periods; ``log`` takes the warnings a
+    check gives once (a misconfiguration it cannot judge through), None: not logged.
+    """
+
+    sysfs_root: Path
+    mig_strategy: str = "none"
+    sharing: Sharing | None = None
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False)
+    log: Any = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a check is handed each cycle.
+
+    ``facts`` is None when the read failed with ``error``; ``node`` is the Node object
+    the node sink read, handed only to a check that :attr:`~Check.needs_node` (and such
+    a check does not run in a cycle without one); ``gpus`` names GPUs in messages.
+    """
+
+    facts: NodeFacts | None
+    error: GfdError | None
+    node: Mapping[str, Any] | None
+    gpus: GpuDirectory
+
+
+class Check(Protocol):
+    """One GPU health check, built once per configuration and run every cycle.
+
+    A check lives across cycles, so what it must remember (per GPU: by UUID, which
+    survives NVML renumbering; an onset for a grace period) it holds itself; on a
+    reload its factory is handed the previous configuration's instance, and takes over
+    what that one remembered. Its problems' messages name GPUs through
+    :attr:`Observation.gpus` (index and bus id), and their reasons are among
+    :attr:`reasons`.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name users enable it by (:data:`gfd.config.values.HEALTH_CHECKS`)."""
+        ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """The condition reasons its problems give, most urgent first."""
+        ...
+
+    @property
+    def needs_node(self) -> bool:
+        """It judges the Node object (an API check): it runs only in a cycle that has one."""
+        ...
+
+    def observe(self, seen: Observation) -> CheckResult:
+        """This cycle's result; :data:`UNKNOWN` when ``seen`` cannot decide it."""
+        ...
+
+
+class CheckFactory(Protocol):
+    """A check as the registry holds it (its class): named, and built per configuration."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reasons(self) -> tuple[str, ...]: ...
+
+    @property
+    def needs_node(self) -> bool: ...
+
+    def __call__(self, setup: CheckSetup, previous: Check | None = None) -> Check:
+        """The check for ``setup``; ``previous`` is the instance the last configuration
+        built under the same name, whose memory it takes over (None: none)."""
+        ...

@@ -1,0 +1,97 @@
+"""The health monitor: builds the enabled checks from the registry and runs them each cycle.
+
+It knows no check by name: what it runs is :data:`gfd.health.registry.REGISTRY` filtered
+by the configuration, in the registry's order. It holds what outlives a configuration —
+the checks themselves (each with what it remembers) and the GPU names their messages use
+— and hands it to the next monitor on a SIGHUP reload.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gfd.config import Sharing
+from gfd.config.values import HEALTH_CHECKS
+from gfd.errors import GfdError
+from gfd.facts import NodeFacts
+from gfd.health.check import (
+    DEFAULT_GRACE_PERIOD,
+    Check,
+    CheckFactory,
+    CheckSetup,
+    GpuDirectory,
+    Observation,
+    Verdict,
+)
+from gfd.health.registry import REGISTRY, reasons_of
+
+
+class HealthMonitor:
+    """Runs the enabled checks each cycle and keeps them, and what they remember, across cycles.
+
+    ``checks``: the names of the enabled checks (those that need the Node run only when
+    one is handed in); a name the registry lacks is ignored. ``clock`` (monotonic
+    seconds) times grace periods. Pass the previous monitor as ``previous`` on a reload:
+    each check takes over what its predecessor remembered (NVLinks seen up, a grace
+    period running), a check disabled now keeps it for a later reload that enables it
+    again, and the GPU names carry over. ``registry``: the checks to choose from.
+    """
+
+    def __init__(
+        self,
+        *,
+        sysfs_root: Path,
+        checks: Sequence[str] = HEALTH_CHECKS,
+        mig_strategy: str = "none",
+        sharing: Sharing | None = None,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        clock: Callable[[], float] = time.monotonic,
+        log: Any = None,
+        previous: HealthMonitor | None = None,
+        registry: Mapping[str, CheckFactory] = REGISTRY,
+    ) -> None:
+        self.setup = CheckSetup(
+            sysfs_root=sysfs_root,
+            mig_strategy=mig_strategy,
+            sharing=sharing,
+            grace_period=grace_period,
+            clock=clock,
+            log=log,
+        )
+        #: Condition reasons by priority (see :func:`gfd.health.registry.reasons_of`).
+        self.reasons = reasons_of(registry)
+        self.gpus: GpuDirectory = GpuDirectory(previous.gpus if previous is not None else None)
+        earlier = previous._built if previous is not None else {}
+        #: Every check built in this chain of monitors, enabled now or not, by name.
+        self._built: dict[str, Check] = dict(earlier)
+        enabled = []
+        for name, factory in registry.items():
+            if name in checks:
+                check = self._built[name] = factory(self.setup, earlier.get(name))
+                enabled.append(check)
+        self._enabled: tuple[Check, ...] = tuple(enabled)
+        #: The names of the enabled checks, in the order they run.
+        self.checks = tuple(check.name for check in self._enabled)
+
+    def observe(
+        self,
+        facts: NodeFacts | None,
+        *,
+        error: GfdError | None = None,
+        node: Mapping[str, Any] | None = None,
+    ) -> Verdict:
+        """This cycle's verdict from its facts (None when the read failed with ``error``)
+        and, for the checks that need it, the Node object (None: those checks are not run)."""
+        if facts is not None:
+            self.gpus.remember(facts.gpus)
+        seen = Observation(facts=facts, error=error, node=node, gpus=self.gpus)
+        return Verdict(
+            tuple(
+                check.observe(seen)
+                for check in self._enabled
+                if node is not None or not check.needs_node
+            )
+        )

@@ -1,0 +1,43 @@
+"""The registry of health checks (gfd.health.registry) against the names configuration
+accepts (gfd.config.values): the same checks, the same order, reasons that rank cleanly.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gfd.config.values import HEALTH_CHECKS, parse_checks
+from gfd.health import API_CHECKS, DEVICE_PLUGIN, REASON_HEALTHY, REASONS, REGISTRY
+
+
+def test_the_registry_holds_exactly_the_checks_configuration_accepts() -> None:
+    assert set(REGISTRY) == set(HEALTH_CHECKS)
+    # The same order too: configuration lists them, and the monitor runs them, in it.
+    assert tuple(REGISTRY) == HEALTH_CHECKS
+
+
+def test_every_check_is_registered_under_its_own_name() -> None:
+    assert [(name, factory.name) for name, factory in REGISTRY.items()] == [
+        (name, name) for name in HEALTH_CHECKS
+    ]
+
+
+def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:
+    assert len(REASONS) == len(set(REASONS))
+    assert REASON_HEALTHY not in REASONS
+    assert REASONS == ("GPULost", "DevicePluginMissing", "AllocatableMismatch", "NVLinkDegraded")
+
+
+def test_only_the_device_plugin_check_needs_the_node() -> None:
+    assert sorted(API_CHECKS) == [DEVICE_PLUGIN]
+
+
+def test_checks_parse_from_a_list_in_canonical_order() -> None:
+    assert parse_checks("nvlink, gpu-lost", "--health-checks") == ("gpu-lost", "nvlink")
+    assert parse_checks("none", "--health-checks") == ()
+    assert parse_checks("", "--health-checks") == ()
+
+
+def test_an_unknown_check_is_refused_with_the_choices() -> None:
+    with pytest.raises(Exception, match=r"--health-checks: 'gpu-lst' is not a health check"):
+        parse_checks("gpu-lst", "--health-checks")
