@@ -28,13 +28,13 @@ from gfd.facts import FactsError
 from gfd.metrics import (
     DEFAULT_METRICS_ADDRESS,
     AgentTelemetry,
-    DisabledTelemetry,
     ListenAddress,
     MetricsServer,
     liveness_window_for,
     parse_listen_address,
     serve,
 )
+from gfd.metrics.probes import Health
 
 
 class FakeClock:
@@ -50,6 +50,23 @@ class FakeClock:
 
 #: Short, so that closing a server in a test takes milliseconds, not half a second.
 POLL = 0.02
+
+
+class DisabledTelemetry:
+    """What the endpoints may serve without metrics: the verdicts alone, always healthy."""
+
+    registry = None
+
+    def liveness(self) -> Health:
+        return Health(True, "metrics are disabled")
+
+    def readiness(self) -> Health:
+        return Health(True, "metrics are disabled")
+
+
+def base_url(server: MetricsServer) -> str:
+    """Where a server bound to loopback answers."""
+    return f"http://127.0.0.1:{server.port}"
 
 
 def scrape(url: str) -> tuple[int, str]:
@@ -94,10 +111,10 @@ def test_endpoints_move_as_cycles_run(
     telemetry: AgentTelemetry, server: MetricsServer, clock: FakeClock, wall: FakeClock
 ) -> None:
     assert server.port > 0
-    status, body = scrape(server.url + "/readyz")
+    status, body = scrape(base_url(server) + "/readyz")
     assert (status, body) == (503, "unhealthy: no cycle has succeeded yet\n")
-    assert scrape(server.url + "/healthz")[0] == 200
-    _, metrics = scrape(server.url + "/metrics")
+    assert scrape(base_url(server) + "/healthz")[0] == 200
+    _, metrics = scrape(base_url(server) + "/metrics")
     assert sample(metrics, "gfd_cycles_total", result="success") == 0
     assert sample(metrics, "gfd_last_success_timestamp_seconds") == 0
     assert sample(metrics, "gfd_build_info", version="0.1.0") == 1
@@ -106,9 +123,9 @@ def test_endpoints_move_as_cycles_run(
     telemetry.nvml_up(True)
     clock.advance(0.2)
     telemetry.cycle_succeeded(0.2, labels_published=31)
-    status, body = scrape(server.url + "/readyz")
+    status, body = scrape(base_url(server) + "/readyz")
     assert status == 200 and body.startswith("ok")
-    _, metrics = scrape(server.url + "/metrics")
+    _, metrics = scrape(base_url(server) + "/metrics")
     assert sample(metrics, "gfd_cycles_total", result="success") == 1
     assert sample(metrics, "gfd_cycles_total", result="failure") == 0
     assert sample(metrics, "gfd_cycle_duration_seconds_count") == 1
@@ -122,7 +139,7 @@ def test_endpoints_move_as_cycles_run(
     telemetry.cycle_started()
     telemetry.nvml_up(False)
     telemetry.cycle_failed(error_kind(NvmlNotReady("nvmlInit", 9, "DRIVER_NOT_LOADED")), 3.0)
-    _, metrics = scrape(server.url + "/metrics")
+    _, metrics = scrape(base_url(server) + "/metrics")
     assert sample(metrics, "gfd_cycles_total", result="failure") == 1
     assert sample(metrics, "gfd_cycle_errors_total", kind="nvml-not-ready") == 1
     assert sample(metrics, "gfd_cycle_errors_total", kind="sink") == 0
@@ -131,7 +148,7 @@ def test_endpoints_move_as_cycles_run(
     # A failure keeps the last success's timestamp and label count, and readiness.
     assert sample(metrics, "gfd_last_success_timestamp_seconds") == wall.now - 60
     assert sample(metrics, "gfd_labels_published") == 31
-    assert scrape(server.url + "/readyz")[0] == 200
+    assert scrape(base_url(server) + "/readyz")[0] == 200
     # Process metrics come with the default registry.
     assert sample(metrics, "process_resident_memory_bytes") > 0
 
@@ -142,14 +159,14 @@ def test_liveness_fails_when_the_loop_stops_turning(
     telemetry.cycle_started()
     telemetry.cycle_succeeded(0.1, 10)
     clock.advance(150.0)
-    assert scrape(server.url + "/healthz")[0] == 200
+    assert scrape(base_url(server) + "/healthz")[0] == 200
     clock.advance(1.0)
-    status, body = scrape(server.url + "/healthz")
+    status, body = scrape(base_url(server) + "/healthz")
     assert status == 503
     assert "no cycle for 151s, past the 150s window" in body
     # The loop wakes up again: live at once.
     telemetry.cycle_started()
-    assert scrape(server.url + "/healthz")[0] == 200
+    assert scrape(base_url(server) + "/healthz")[0] == 200
 
 
 def test_liveness_fails_when_a_cycle_hangs(clock: FakeClock) -> None:
@@ -235,7 +252,8 @@ def test_rejects_nonsense_windows() -> None:
 
 def test_openmetrics_on_request(server: MetricsServer) -> None:
     request = urllib.request.Request(
-        server.url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+        base_url(server) + "/metrics",
+        headers={"Accept": "application/openmetrics-text; version=1.0.0"},
     )
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.headers["Content-Type"].startswith("application/openmetrics-text")
@@ -243,9 +261,9 @@ def test_openmetrics_on_request(server: MetricsServer) -> None:
 
 
 def test_unknown_path_and_head(server: MetricsServer) -> None:
-    status, body = scrape(server.url + "/nothing")
+    status, body = scrape(base_url(server) + "/nothing")
     assert status == 404 and "/healthz" in body
-    request = urllib.request.Request(server.url + "/healthz", method="HEAD")
+    request = urllib.request.Request(base_url(server) + "/healthz", method="HEAD")
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.status == 200
         assert response.read() == b""
@@ -253,9 +271,9 @@ def test_unknown_path_and_head(server: MetricsServer) -> None:
 
 def test_disabled_telemetry_serves_health_but_no_metrics() -> None:
     with serve(DisabledTelemetry(), "127.0.0.1:0", poll_interval=POLL) as running:
-        assert scrape(running.url + "/healthz")[0] == 200
-        assert scrape(running.url + "/readyz")[0] == 200
-        assert scrape(running.url + "/metrics")[0] == 404
+        assert scrape(base_url(running) + "/healthz")[0] == 200
+        assert scrape(base_url(running) + "/readyz")[0] == 200
+        assert scrape(base_url(running) + "/metrics")[0] == 404
 
 
 def test_close_releases_the_port(telemetry: AgentTelemetry) -> None:
@@ -309,7 +327,6 @@ def test_parse_listen_address_errors_name_the_address(text: str, problem: str) -
 def test_prometheus_client_is_imported_only_when_metrics_are_on() -> None:
     code = (
         "import sys, gfd.metrics as m\n"
-        "t = m.DisabledTelemetry(); t.cycle_started(); t.cycle_succeeded(1.0, 3)\n"
         "assert 'prometheus_client' not in sys.modules, 'imported too early'\n"
         "m.AgentTelemetry(sleep_interval=None)\n"
         "assert 'prometheus_client' in sys.modules\n"
