@@ -8,6 +8,7 @@ import pytest
 
 from gfd.config.values import HEALTH_CHECKS, parse_checks
 from gfd.health import API_CHECKS, DEVICE_PLUGIN, REASON_HEALTHY, REASONS, REGISTRY
+from tests.deploy.admission_model import HEALTH_REASONS
 
 
 def test_the_registry_holds_exactly_the_checks_configuration_accepts() -> None:
@@ -26,6 +27,13 @@ def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:
     assert len(REASONS) == len(set(REASONS))
     assert REASON_HEALTHY not in REASONS
     assert REASONS == ("GPULost", "DevicePluginMissing", "AllocatableMismatch", "NVLinkDegraded")
+
+
+def test_the_admission_policies_admit_exactly_the_reasons_gfd_writes() -> None:
+    """tests/deploy holds the node health admission policy to HEALTH_REASONS; this holds
+    HEALTH_REASONS to the checks: the API server refuses a new check's reason until the
+    policy lists it."""
+    assert {REASON_HEALTHY, *REASONS} == HEALTH_REASONS
 
 
 def test_only_the_device_plugin_check_needs_the_node() -> None:
