@@ -58,11 +58,15 @@ setup(
             # One library from several files, one per NVML area (see nvmlsim.h).
             sources=[
                 "gfd/sim/sim_config.c",
+                "gfd/sim/sim_config_gpu.c",
+                "gfd/sim/sim_config_topology.c",
                 "gfd/sim/sim_core.c",
                 "gfd/sim/sim_device.c",
                 "gfd/sim/sim_fabric.c",
+                "gfd/sim/sim_faults.c",
                 "gfd/sim/sim_memory.c",
                 "gfd/sim/sim_mig.c",
+                "gfd/sim/sim_parse.c",
                 "gfd/sim/sim_topology.c",
             ],
             depends=["gfd/sim/nvmlsim.h"],

@@ -1,10 +1,11 @@
 """The machine file: facts and faults rendered for the C simulator to read.
 
-This module owns the Python half of the line format documented at the top of
-``sim_config.c`` (``gfdsim-config 1``): :func:`render_machine_file` writes it, and
-:func:`check_servable` rejects facts that NVML could not report as given (a name
-longer than NVML's buffers, an NVLink index past ``NVML_NVLINK_MAX_LINKS``, a
-line break inside a string), naming the source and the field.
+This module owns the Python half of the line format (``gfdsim-config 1``, documented in
+``docs/simulator.md``, *The machine file*): :func:`render_machine_file` writes it (the
+fault records come from :mod:`gfd.sim.faults`), and :func:`check_servable` rejects facts
+that NVML could not report as given (a name longer than NVML's buffers, an NVLink index
+past ``NVML_NVLINK_MAX_LINKS``, a line break inside a string), naming the source and the
+field.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from gfd.facts_limits import MAX_MIG_DEVICES
 from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branch, exported_in
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 from gfd.pci import DISPLAY_BASE_CLASS
-from gfd.sim.faults import Faults
+from gfd.sim.faults import Faults, fault_records
 
 MAGIC = "gfdsim-config 1"
 
@@ -312,24 +313,7 @@ def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
         lines.append(f"pair {pair.a} {pair.b} {PCI_LEVELS[pair.level]}")
     for entry in facts.nvlink_p2p:
         lines.append(f"nvlink_p2p {entry.a} {entry.b} {P2P_STATUSES[entry.status]}")
-    for error in faults.errors:
-        only_gpu = "-" if error.gpu is None else str(error.gpu)
-        times = "-" if error.times is None else str(error.times)
-        lines.append(f"fault_error {error.call} {error.code} {only_gpu} {times}")
-    for lost in faults.gpu_lost:
-        lines.append(f"fault_gpu_lost {lost.gpu} {lost.after_calls}")
-    for vanished in faults.gpu_vanished:
-        lines.append(f"fault_gpu_vanished {vanished.gpu} {vanished.after_calls}")
-    for down in faults.nvlink_down:
-        links = "-" if down.links is None else ",".join(str(link) for link in down.links)
-        lines.append(f"fault_nvlink_down {down.gpu} {down.after_calls} {links}")
-    if faults.driver_not_loaded_inits:
-        lines.append(f"fault_driver_not_loaded {faults.driver_not_loaded_inits}")
-    for delay in faults.delays:
-        only_gpu = "-" if delay.gpu is None else str(delay.gpu)
-        times = "-" if delay.times is None else str(delay.times)
-        milliseconds = max(1, round(delay.seconds * 1000))
-        lines.append(f"fault_delay {delay.call} {milliseconds} {only_gpu} {times}")
+    lines.extend(fault_records(faults))
     return "\n".join(lines) + "\n"
 
 

@@ -10,10 +10,16 @@
  * line-oriented text file; this library never parses YAML.
  *
  * Where things live (each NVML call is in the file named after its area):
- *   sim_config.c    the machine file format (documented there) and its parser;
- *                   gfdsim_configure, gfdsim_last_error
+ *   sim_config.c    reading a machine file (the format is documented once, in
+ *                   docs/simulator.md, "The machine file"): the record loop, machine-wide
+ *                   records, the machine's lifetime; gfdsim_configure, gfdsim_last_error
+ *   sim_parse.c     the file's lexical layer: tokens, numbers, text, bus ids, messages
+ *   sim_config_gpu.c  the records of one GPU and of its MIG devices
+ *   sim_config_topology.c  pair and nvlink_p2p records, link peers, NVSwitch fabrics
+ *   sim_faults.c    the one fault engine: the fault_* records and what they do to calls
+ *                   (injected errors and delays)
  *   sim_core.c      shared state, the lock and call admission (init state, handles,
- *                   lost and vanished GPUs, links cut, injected errors); nvmlInit*, nvmlShutdown,
+ *                   lost and vanished GPUs, links cut); nvmlInit*, nvmlShutdown,
  *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
  *   sim_device.c    enumeration and identity: nvmlDeviceGetCount*, GetHandleBy*,
  *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetPciInfo*,
@@ -210,12 +216,57 @@ GFDSIM_API const char *gfdsim_last_error(void);
 /* ------------------------------------------------------------------------- */
 /* Internal functions shared between files */
 
+/* Reading a machine file: where the reader is, for messages ("<file>: line N: ..."). */
+typedef struct {
+    const char *path;
+    unsigned line; /* 0: a problem of the whole file */
+    char *error;
+    size_t error_size;
+} sim_parse_ctx;
+
 /* sim_config.c */
 /* Read a config file; return a machine, or NULL with `error` saying file, line and problem. */
 SIM_INTERNAL sim_machine *sim_load_machine(const char *path, char *error, size_t error_size);
+
+/* sim_parse.c: each parser returns 0, or -1 with ctx->error set (sim_parse_fail). */
+SIM_INTERNAL int sim_parse_fail(sim_parse_ctx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Split off the next space-separated token of *cursor; NULL at the end of the line. */
+SIM_INTERNAL char *sim_next_token(char **cursor);
+/* A C integer (decimal, or hex with 0x); -1 for anything else, "-" included. */
+SIM_INTERNAL int sim_parse_ull(const char *token, unsigned long long *out);
+SIM_INTERNAL int sim_parse_u32(const char *token, unsigned *out);
+/* Exactly `count` unsigned 32-bit numbers from the rest of the line. */
+SIM_INTERNAL int sim_parse_numbers(sim_parse_ctx *ctx, const char *key, char *rest, unsigned *out,
+                                   int count);
+/* Copy a record's text into a buffer of `size` bytes (refused when it does not fit). */
+SIM_INTERNAL int sim_copy_text(sim_parse_ctx *ctx, const char *key, const char *value, char *dest,
+                               size_t size);
 /* "DDDDDDDD:BB:DD.F" (domain may be shorter); returns 0 and the numbers on success. */
 SIM_INTERNAL int sim_parse_bus_id(const char *text, unsigned *domain, unsigned *bus,
                                   unsigned *device, unsigned *function);
+/* realloc to count + 1 elements of `size`, the new one zeroed; NULL when out of memory. */
+SIM_INTERNAL void *sim_grow(void *array, size_t count, size_t size);
+
+/* sim_config_gpu.c: a record of the current GPU (or of its current MIG device). */
+SIM_INTERNAL int sim_parse_gpu_record(sim_parse_ctx *ctx, sim_gpu *gpu, const char *key,
+                                      char *value);
+
+/* sim_config_topology.c */
+/* A pair or nvlink_p2p record, read once every GPU is known. */
+SIM_INTERNAL int sim_parse_topology_record(sim_parse_ctx *ctx, sim_machine *m, const char *key,
+                                           char *value);
+/* Which GPU of the machine each link ends at (by bus id), for faults that cut links. */
+SIM_INTERNAL void sim_find_link_peers(sim_machine *m);
+/* The NVSwitch fabric of each GPU (switch_group); -1 when out of memory. */
+SIM_INTERNAL int sim_group_switches(sim_machine *m);
+
+/* sim_faults.c: the fault engine */
+/* A fault_* record, read once every GPU is known. */
+SIM_INTERNAL int sim_parse_fault_record(sim_parse_ctx *ctx, sim_machine *m, const char *key,
+                                        char *value);
+/* Injected faults of an admitted call: every matching delay, then the first matching error. */
+SIM_INTERNAL nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus);
 
 /* sim_core.c: call admission; each returns NVML_SUCCESS or the code the call returns. */
 /* Count a call on each GPU it names; a GPU past its lost_after is gone for good. */

@@ -1,20 +1,18 @@
 /*
- * sim_core.c: what every call goes through, and NVML's own lifecycle. Owns the
- * shared state (the machine, the init count, the lock), call admission (init
- * state, handle lookup, lost and vanished GPUs and injected errors, the sim_enter_*
- * helpers) and what faults leave of the machine (NVML's enumeration, links cut);
- * nvmlInit*, nvmlShutdown and nvmlErrorString; and the system queries
+ * sim_core.c: what every call goes through, and NVML's own lifecycle. Owns the shared
+ * state (the machine, the init count, the lock), call admission (init state, handle
+ * lookup, lost and vanished GPUs, then the fault engine's injected errors and delays: the
+ * sim_enter_* helpers) and what faults leave of the machine (NVML's enumeration, links
+ * cut); nvmlInit*, nvmlShutdown and nvmlErrorString; and the system queries
  * nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion and
  * nvmlSystemGetCudaDriverVersion*.
  */
 
 #include "nvmlsim.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define CONFIG_ENV "GFD_SIM_CONFIG"
 
@@ -52,45 +50,6 @@ static int find_gpu(nvmlDevice_t device, sim_gpu **gpu, sim_mig **mig) {
     return 0;
 }
 
-static int fault_matches(const sim_fault *f, const char *call, const int *gpus, int n_gpus) {
-    if (strcmp(f->call, call) != 0 || (f->times >= 0 && f->used >= f->times)) {
-        return 0;
-    }
-    int matches = f->gpu < 0;
-    for (int k = 0; k < n_gpus && !matches; k++) {
-        matches = f->gpu == gpus[k];
-    }
-    return matches;
-}
-
-/* Sleep the whole time: a signal does not end a hung driver's call either, so the
- * process must cope with a call it cannot interrupt. The lock stays held, as NVML's
- * own would. */
-static void sleep_ms(unsigned ms) {
-    struct timespec left = {(time_t)(ms / 1000u), (long)(ms % 1000u) * 1000000L};
-    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
-    }
-}
-
-/* Injected faults of a call: every matching delay, then the first matching error. */
-static nvmlReturn_t injected(const char *call, const int *gpus, int n_gpus) {
-    for (size_t i = 0; i < g_machine->n_faults; i++) {
-        sim_fault *f = &g_machine->faults[i];
-        if (f->delay_ms > 0 && fault_matches(f, call, gpus, n_gpus)) {
-            f->used++;
-            sleep_ms(f->delay_ms);
-        }
-    }
-    for (size_t i = 0; i < g_machine->n_faults; i++) {
-        sim_fault *f = &g_machine->faults[i];
-        if (f->delay_ms == 0 && fault_matches(f, call, gpus, n_gpus)) {
-            f->used++;
-            return (nvmlReturn_t)f->code;
-        }
-    }
-    return NVML_SUCCESS;
-}
-
 /* Count a call on each GPU it names; a GPU past its lost_after is gone for good, and so
  * is a vanished one (its handles were obtained before it vanished). */
 nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus) {
@@ -112,7 +71,7 @@ nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus) {
     if (lost != NVML_SUCCESS) {
         return lost;
     }
-    return injected(call, gpus, n_gpus);
+    return sim_injected(call, gpus, n_gpus);
 }
 
 nvmlReturn_t sim_enter_system(const char *call) {
@@ -241,7 +200,7 @@ static nvmlReturn_t init_common(const char *call) {
     if (g_machine->init_attempts <= g_machine->driver_not_loaded_inits) {
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
-    nvmlReturn_t rc = injected(call, NULL, 0);
+    nvmlReturn_t rc = sim_injected(call, NULL, 0);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -270,7 +229,7 @@ nvmlReturn_t nvmlShutdown(void) {
     if (g_init_count == 0) {
         RETURN(NVML_ERROR_UNINITIALIZED);
     }
-    nvmlReturn_t rc = g_machine != NULL ? injected(__func__, NULL, 0) : NVML_SUCCESS;
+    nvmlReturn_t rc = g_machine != NULL ? sim_injected(__func__, NULL, 0) : NVML_SUCCESS;
     g_init_count--;
     RETURN(rc);
 }
