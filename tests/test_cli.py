@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gfd.facts import dump_facts, load_facts_text
+from gfd.facts import dump_facts
 from gfd.sim import load_profile
+from tests.facts_readback import load_facts_text
 from tests.nfd_rules import read_features_dir
 from tests.reliability.agent_process import running_gfd
 

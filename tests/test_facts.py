@@ -17,13 +17,11 @@ from gfd.facts import (
     NvLinkP2P,
     PciPair,
     cpulist_from_ids,
-    cpulist_to_ids,
     dump_facts,
     facts_from_dict,
-    load_facts,
-    load_facts_text,
 )
 from tests.factories import make_facts, make_gpu
+from tests.facts_readback import cpulist_to_ids, load_facts, load_facts_text
 
 RICH = make_facts(
     [

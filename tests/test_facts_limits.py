@@ -20,7 +20,7 @@ import pytest
 
 from gfd.cli import main as gfd_main
 from gfd.errors import ConfigError
-from gfd.facts import FactsError, facts_from_dict, facts_to_dict, load_facts_text
+from gfd.facts import FactsError, facts_from_dict, facts_to_dict
 from gfd.facts_limits import (
     MACHINE_LIMITS,
     MAX_GPU_PAIRS,
@@ -33,6 +33,7 @@ from gfd.facts_limits import (
 )
 from gfd.nvml.reader import NvmlBeyondLimits, NvmlReader
 from gfd.sim import load_profile, simulate
+from tests.facts_readback import load_facts_text
 
 
 def gpu_line(i: int) -> str:

@@ -12,8 +12,9 @@ from types import ModuleType
 import pynvml
 import pytest
 
-from gfd.facts import FabricInfo, Gpu, MigDevice, NodeFacts, NvLink, PciPair, cpulist_to_ids
+from gfd.facts import FabricInfo, Gpu, MigDevice, NodeFacts, NvLink, PciPair
 from gfd.sim import SimulationProfile, load_profile
+from tests.facts_readback import cpulist_to_ids
 from tests.sim import simulate_raw
 
 MIB = 2**20

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gfd.errors import GfdError
-from gfd.facts import FactsError, Gpu, NodeFacts, cpulist_to_ids
+from gfd.facts import FactsError, Gpu, NodeFacts
 from gfd.sim import (
     BUNDLED_PROFILES,
     CONFIG_ENV,
@@ -38,6 +38,7 @@ from gfd.sim.faults import (
     parse_faults,
 )
 from gfd.sim.machine_file import render_machine_file
+from tests.facts_readback import cpulist_to_ids
 
 from .test_sim_nvml import MIG_PROFILE
 

@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfd.facts import PCI_LEVELS, Gpu, NodeFacts, PciPair, cpulist_from_ids, cpulist_to_ids
+from gfd.facts import PCI_LEVELS, Gpu, NodeFacts, PciPair, cpulist_from_ids
+from tests.facts_readback import cpulist_to_ids
 from tests.sim import simulate_raw
 
 # One line of text that fits NVML's 96-byte buffers (leading and trailing spaces included).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from gfd.agent import derive_topology
-from gfd.facts import NodeFacts, load_facts
+from gfd.facts import NodeFacts
 from gfd.labels.topology import topology_labels
 from gfd.sim import BUNDLED_PROFILES, profile_path
 from gfd.topology import (
@@ -27,6 +27,7 @@ from gfd.topology import (
     topology_input,
     topology_to_json,
 )
+from tests.facts_readback import load_facts
 from tests.topology.conftest import c_encodes
 
 if TYPE_CHECKING:

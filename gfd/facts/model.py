@@ -1,0 +1,239 @@
+"""The facts model: everything gfd reads from a node, as frozen dataclasses.
+
+This module owns what a fact is: :class:`NodeFacts` and the dataclasses it is made of,
+and the NVML enumerations the facts name by text (PCI topology levels, NVLink remote
+types, fabric states, P2P statuses, GPU instance profile variants). The reader produces
+facts, the simulator serves them, and everything downstream (topology, labels) sees the
+hardware only through them. Their serialised form is :mod:`gfd.facts.serialise` and
+:mod:`gfd.facts.validate` (schema version :data:`SCHEMA_VERSION`, documented in
+``docs/facts.md``).
+
+Conventions: ``None`` means "NVML (or sysfs) did not report it" (NOT_SUPPORTED,
+unreadable), never "zero". PCI bus ids use NVML's form ``00000000:1B:00.0``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+SCHEMA_VERSION = 1
+
+#: NVML's ``nvmlGpuTopologyLevel_t`` names, in order of increasing distance.
+PCI_LEVELS: dict[str, int] = {
+    "internal": 0,
+    "single": 10,
+    "multiple": 20,
+    "hostbridge": 30,
+    "node": 40,
+    "system": 50,
+}
+PciLevel = Literal["internal", "single", "multiple", "hostbridge", "node", "system"]
+
+#: NVML's ``nvmlNvLinkRemoteDeviceType_t``.
+NVLINK_REMOTE_TYPES: dict[str, int] = {"gpu": 0, "ibmnpu": 1, "switch": 2, "unknown": 0xFF}
+NvLinkRemoteType = Literal["gpu", "ibmnpu", "switch", "unknown"]
+
+#: NVML's ``nvmlGpuFabricState_t``.
+FABRIC_STATES: dict[str, int] = {
+    "not-supported": 0,
+    "not-started": 1,
+    "in-progress": 2,
+    "completed": 3,
+}
+FabricState = Literal["not-supported", "not-started", "in-progress", "completed"]
+
+#: ``NVML_GPU_INSTANCE_PROFILE_*`` indices of the profile variants, and the suffix NVIDIA's
+#: tools write after the profile (``1g.12gb+me``, ``1g.12gb+me.all``, ``4g.71gb-me``,
+#: ``1g.24gb+gfx``): ``+me`` media extensions (REV1), ``+me.all`` all media engines,
+#: ``-me`` no media engine, ``+gfx`` graphics. Other indices have no suffix.
+GI_PROFILE_VARIANTS: dict[int, str] = {
+    0x7: "+me",
+    0x8: "+me",
+    0xA: "+gfx",
+    0xB: "+gfx",
+    0xC: "+gfx",
+    0xD: "-me",
+    0xE: "-me",
+    0xF: "+me.all",
+    0x10: "+me.all",
+    0x11: "+gfx",
+}
+#: ``NVML_GPU_INSTANCE_PROFILE_COUNT`` of current headers: indices run below it.
+GI_PROFILE_INDEX_COUNT = 0x12
+#: NVML's ``nvmlGpuP2PStatus_t`` (``NVML_P2P_STATUS_*``), as names.
+P2P_STATUSES: dict[str, int] = {
+    "ok": 0,
+    "chipset-not-supported": 1,
+    "gpu-not-supported": 2,
+    "ioh-topology-not-supported": 3,
+    "disabled-by-regkey": 4,
+    "not-supported": 5,
+    "unknown": 6,
+}
+P2PStatus = Literal[
+    "ok",
+    "chipset-not-supported",
+    "gpu-not-supported",
+    "ioh-topology-not-supported",
+    "disabled-by-regkey",
+    "not-supported",
+    "unknown",
+]
+
+BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One NVLink of a GPU, as ``nvmlDeviceGetNvLink*`` reports it."""
+
+    index: int
+    active: bool
+    #: PCI bus id of the far end (a GPU or an NVSwitch); None when not reported.
+    remote_bus_id: str | None = None
+    remote_type: NvLinkRemoteType | None = None
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """``nvmlDeviceGetGpuFabricInfoV``: the GPU's NVLink fabric (clique) membership."""
+
+    #: 16 bytes as a canonical UUID string (all zero when not attached).
+    cluster_uuid: str
+    clique_id: int
+    state: FabricState
+    #: NVML return code of the fabric registration (0 is SUCCESS).
+    status: int
+    health_mask: int | None = None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """A MIG device (GPU instance + compute instance) on a MIG-enabled GPU."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total_bytes: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    #: GPU instance profile, as ``nvmlDeviceGetGpuInstanceProfileInfoV`` reports it.
+    gi_profile_id: int
+    gi_slice_count: int
+    gi_memory_mib: int
+    #: Compute instance slices and multiprocessors.
+    ci_slice_count: int
+    multiprocessors: int
+    copy_engines: int = 0
+    decoders: int = 0
+    encoders: int = 0
+    jpeg_decoders: int = 0
+    ofa_engines: int = 0
+    #: The profile carries media extensions (``+me``).
+    media_extensions: bool = False
+    #: The ``NVML_GPU_INSTANCE_PROFILE_*`` index at which NVML reports the profile
+    #: (``0x7`` is ``1_SLICE_REV1``, i.e. ``+me``); it tells the profile's variant
+    #: (:data:`GI_PROFILE_VARIANTS`). None in facts captured before it was recorded.
+    gi_profile_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU."""
+
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    #: ``(device << 16) | vendor`` as in ``nvmlPciInfo_t.pciDeviceId``.
+    pci_device_id: int | None = None
+    #: PCI class code from sysfs (``0x030200`` 3D controller, ``0x030000`` VGA).
+    pci_class: int | None = None
+    memory_total_bytes: int | None = None
+    compute_major: int | None = None
+    compute_minor: int | None = None
+    #: ``nvmlDeviceArchitecture_t`` value.
+    architecture: int | None = None
+    #: ``nvmlBrandType_t`` value.
+    brand: int | None = None
+    #: NUMA node the GPU's PCI device is attached to (sysfs ``numa_node``; -1 → None).
+    numa_node: int | None = None
+    #: ``nvmlDeviceGetNumaNodeId``: the GPU's *own* memory NUMA node on coherent
+    #: platforms (Grace Hopper/Blackwell); NOT_SUPPORTED (None) on x86 machines.
+    #: nvidia-smi shows it as "GPU NUMA ID".
+    gpu_numa_id: int | None = None
+    #: CPUs local to the GPU, as a Linux cpulist (``0-47,96-143``); None when unknown.
+    cpu_affinity: str | None = None
+    #: Current and pending MIG mode; None when the GPU does not support MIG.
+    mig_mode_current: bool | None = None
+    mig_mode_pending: bool | None = None
+    mig_devices: tuple[MigDevice, ...] = ()
+    #: ``nvmlNvLinkVersion`` enum of link 0 (1_0=1 … 5_0=7); None without NVLink.
+    nvlink_version: int | None = None
+    nvlinks: tuple[NvLink, ...] = ()
+    fabric: FabricInfo | None = None
+
+
+@dataclass(frozen=True)
+class VgpuInfo:
+    """vGPU guest detection from PCI config space (vendor-specific capability signed ``VF``).
+
+    Read from ``bus/pci/devices/<addr>/config`` of the NVIDIA display functions; absent
+    (``NodeFacts.vgpu`` None) when that config space could not be read in full.
+    """
+
+    #: An NVIDIA function carries the vGPU capability: this node is a vGPU guest.
+    present: bool
+    #: The hypervisor host's vGPU manager version and branch (``460.16``, ``r460_00``).
+    host_driver_version: str | None = None
+    host_driver_branch: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PciPair:
+    """``nvmlDeviceGetTopologyCommonAncestor`` for the GPUs with indices ``a < b``."""
+
+    a: int
+    b: int
+    level: PciLevel
+
+
+@dataclass(frozen=True)
+class NvLinkP2P:
+    """``nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK)`` for GPUs ``a < b``.
+
+    The reader asks only where the answer can change the topology (GPUs on NVSwitch
+    fabrics that share no switch), so most nodes have no entry at all.
+    """
+
+    a: int
+    b: int
+    status: P2PStatus
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything gfd read from one node in one pass."""
+
+    driver_version: str | None = None
+    #: ``nvmlSystemGetCudaDriverVersion``: 12040 means CUDA 12.4.
+    cuda_driver_version: int | None = None
+    #: Raw contents of the DMI product name file; None when unreadable.
+    machine_type: str | None = None
+    gpus: tuple[Gpu, ...] = ()
+    pci_pairs: tuple[PciPair, ...] = ()
+    #: NVLink peer-to-peer status of the GPU pairs the reader asked NVML about.
+    nvlink_p2p: tuple[NvLinkP2P, ...] = ()
+    #: vGPU guest detection; None when PCI config space was unreadable (unprivileged).
+    vgpu: VgpuInfo | None = None
+    schema_version: int = field(default=SCHEMA_VERSION)
+
+    def pci_level(self, a: int, b: int) -> PciLevel | None:
+        """Common-ancestor level of two GPU indices (order does not matter)."""
+        lo, hi = min(a, b), max(a, b)
+        for pair in self.pci_pairs:
+            if pair.a == lo and pair.b == hi:
+                return pair.level
+        return None

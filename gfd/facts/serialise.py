@@ -1,0 +1,88 @@
+"""The facts as text: YAML or JSON out, a bounded file and a parsed document in.
+
+This module owns the writing of facts (:func:`dump_facts`: deterministic, keys in
+declaration order, what ``gfd facts`` derives appended under :data:`DERIVED_KEY`) and the
+first steps of reading them: a facts or profile file's text, bounded
+(:func:`read_facts_text`), and its YAML or JSON parsed with parser errors as
+:class:`~gfd.errors.FactsError` with a line (:func:`parse_document`). Building facts from
+the parsed document is :func:`gfd.facts.validate.facts_from_dict`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from gfd.errors import FactsError
+from gfd.facts.model import NodeFacts
+
+#: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
+DERIVED_KEY = "derived"
+
+
+def facts_to_dict(facts: NodeFacts) -> dict[str, Any]:
+    """Plain-data form of facts (tuples become lists), keys in declaration order."""
+    return _to_plain(facts)  # type: ignore[no-any-return]
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_plain(v) for v in value]
+    return value
+
+
+def dump_facts(
+    facts: NodeFacts,
+    fmt: Literal["yaml", "json"] = "yaml",
+    *,
+    derived: Mapping[str, Any] | None = None,
+) -> str:
+    """Serialise facts deterministically: equal facts give equal text.
+
+    ``derived`` (plain data computed from the facts) is appended under ``derived:``
+    for readers; loading ignores it.
+    """
+    plain = facts_to_dict(facts)
+    if derived is not None:
+        plain[DERIVED_KEY] = dict(derived)
+    if fmt == "json":
+        return json.dumps(plain, indent=2) + "\n"
+    import yaml
+
+    return str(yaml.safe_dump(plain, sort_keys=False, default_flow_style=None, width=100))
+
+
+def read_facts_text(path: str | Path) -> str:
+    """The text of a facts (or profile) file, bounded to ``FACTS_FILE_LIMIT``; FactsError else."""
+    from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, read_bounded_text
+
+    source = str(path)
+    try:
+        return read_bounded_text(path, FACTS_FILE_LIMIT)
+    except OSError as exc:
+        raise FactsError(source, "", f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise FactsError(source, "", f"not UTF-8 text: {exc.reason}") from exc
+    except InputRejected as exc:
+        raise FactsError(source, "", str(exc)) from exc
+
+
+def parse_document(text: str, source: str) -> Any:
+    """Parse YAML (a superset of JSON), turning parser errors into FactsError with a line."""
+    import yaml
+
+    try:
+        # libyaml's safe loader when PyYAML was built with it: 8x faster on a profile.
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return yaml.load(text, Loader=loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise FactsError(source, line, f"not valid YAML/JSON: {exc.problem}") from exc
+    except yaml.YAMLError as exc:
+        raise FactsError(source, "", f"not valid YAML/JSON: {exc}") from exc
