@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
 from gfd.errors import FactsError
@@ -24,6 +24,8 @@ from gfd.facts.model import (
     GI_PROFILE_VARIANTS,
     SCHEMA_VERSION,
     NodeFacts,
+    NvLinkP2P,
+    PciPair,
 )
 from gfd.facts_limits import check_data_bounds
 
@@ -186,28 +188,24 @@ def _check_consistency(facts: NodeFacts, source: str) -> None:
                 )
         if gpu.memory_total_bytes is not None and gpu.memory_total_bytes < 0:
             raise FactsError(source, f"{where}.memory_total_bytes", "must not be negative")
-    n = len(facts.gpus)
-    seen_pairs: set[tuple[int, int]] = set()
-    for k, pair in enumerate(facts.pci_pairs):
-        where = f"pci_pairs[{k}]"
-        if not (0 <= pair.a < pair.b < n):
+    gpu_count = len(facts.gpus)
+    _check_pairs("pci_pairs", facts.pci_pairs, gpu_count, source)
+    _check_pairs("nvlink_p2p", facts.nvlink_p2p, gpu_count, source)
+
+
+def _check_pairs(
+    field_name: str, pairs: Sequence[PciPair | NvLinkP2P], gpu_count: int, source: str
+) -> None:
+    """Each entry of a list of GPU pairs names two GPUs ``a < b`` that exist, once."""
+    seen: set[tuple[int, int]] = set()
+    for k, pair in enumerate(pairs):
+        where = f"{field_name}[{k}]"
+        if not (0 <= pair.a < pair.b < gpu_count):
             raise FactsError(
                 source,
                 where,
-                f"pair ({pair.a}, {pair.b}) must name two GPU indices a < b below {n}",
+                f"pair ({pair.a}, {pair.b}) must name two GPU indices a < b below {gpu_count}",
             )
-        if (pair.a, pair.b) in seen_pairs:
+        if (pair.a, pair.b) in seen:
             raise FactsError(source, where, f"pair ({pair.a}, {pair.b}) is listed twice")
-        seen_pairs.add((pair.a, pair.b))
-    seen_p2p: set[tuple[int, int]] = set()
-    for k, entry in enumerate(facts.nvlink_p2p):
-        where = f"nvlink_p2p[{k}]"
-        if not (0 <= entry.a < entry.b < n):
-            raise FactsError(
-                source,
-                where,
-                f"pair ({entry.a}, {entry.b}) must name two GPU indices a < b below {n}",
-            )
-        if (entry.a, entry.b) in seen_p2p:
-            raise FactsError(source, where, f"pair ({entry.a}, {entry.b}) is listed twice")
-        seen_p2p.add((entry.a, entry.b))
+        seen.add((pair.a, pair.b))
