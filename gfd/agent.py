@@ -31,7 +31,8 @@ from typing import Any, Protocol
 
 from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind, shorten
 from gfd.facts import NodeFacts
-from gfd.labels import LabelOptions, LabelSet, build_labels
+from gfd.labels import CycleInputs, LabelOptions, LabelSet, build_labels, compose
+from gfd.labels.labeler import NO_LABELS
 from gfd.sinks import Publication, Sink
 
 #: Relative jitter applied to each sleep, so a fleet started together spreads out.
@@ -107,7 +108,8 @@ class CycleOutcome:
 
 @dataclass(frozen=True)
 class Derived:
-    """What a cycle derives from facts besides the core labels."""
+    """What the topology part of a cycle derives from the facts: the topology family's
+    labels (handed to its labeler in :data:`gfd.labels.LABELERS`) and the matrix annotation."""
 
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
@@ -131,11 +133,15 @@ def compute_labels(
     options: LabelOptions,
     *,
     derive: Callable[[NodeFacts], Derived] = derive_topology,
+    health_labels: Mapping[str, str] = NO_LABELS,
 ) -> tuple[LabelSet, Mapping[str, str]]:
-    """The validated labels of ``facts`` and the annotations that go with them."""
+    """The validated labels of one cycle (every family, topology and ``health_labels``
+    included, composed by :func:`gfd.labels.compose`) and the annotations that go with them."""
     derived = derive(facts)
-    label_set = build_labels(facts, options, extra=[lambda _facts: derived.labels])
-    return label_set, derived.annotations
+    inputs = CycleInputs(
+        facts, options, topology_labels=derived.labels, health_labels=health_labels
+    )
+    return compose(inputs), derived.annotations
 
 
 class Agent:
@@ -167,10 +173,13 @@ class Agent:
         self._derive = derive
         self._monotonic = monotonic
         self._warned: set[tuple[str, str]] = set()
-        #: (facts, labels, annotations) of the last cycle whose labels were computed in
-        #: full: labels are a function of facts and options, and the options of an agent
-        #: never change (a reload makes a new agent), so equal facts reuse them.
-        self._last_computed: tuple[NodeFacts, LabelSet, Mapping[str, str]] | None = None
+        #: (facts, health labels, labels, annotations) of the last cycle whose labels were
+        #: computed in full: labels are a function of facts, the health verdict and options,
+        #: and the options of an agent never change (a reload makes a new agent), so equal
+        #: facts with an equal verdict reuse them.
+        self._last_computed: (
+            tuple[NodeFacts, Mapping[str, str], LabelSet, Mapping[str, str]] | None
+        ) = None
         self._topology_withheld = False
         self._health = health
         #: Wraps the parts of a cycle a stop may abandon (:meth:`LoopControl.interruptible`).
@@ -218,7 +227,7 @@ class Agent:
         health_labels = self._health_step("check", lambda watch: watch.observe(facts, None))
         try:
             with self._interruptible():
-                label_set, annotations = self._labels_of(facts)
+                label_set, annotations = self._labels_of(facts, health_labels or NO_LABELS)
         except GfdError as exc:
             # Facts that contradict the configuration (MPS sharing on a MIG-enabled
             # GPU); a topology the facts cannot describe is withheld above instead.
@@ -230,9 +239,7 @@ class Agent:
         self._report_drops(label_set)
         # Every sink gets the same labels; the node sink itself moves the timestamp
         # into an annotation when asked, so the feature file keeps it as a label.
-        publication = Publication(
-            labels={**label_set.labels, **(health_labels or {})}, annotations=dict(annotations)
-        )
+        publication = Publication(labels=dict(label_set.labels), annotations=dict(annotations))
         return self._publish(publication)
 
     def _health_step(self, stage: str, step: Callable[[HealthWatch], Any]) -> Any:
@@ -247,18 +254,22 @@ class Agent:
             )
             return None
 
-    def _labels_of(self, facts: NodeFacts) -> tuple[LabelSet, Mapping[str, str]]:
+    def _labels_of(
+        self, facts: NodeFacts, health_labels: Mapping[str, str]
+    ) -> tuple[LabelSet, Mapping[str, str]]:
         last = self._last_computed
         # The reader hands back the same objects for what it did not re-read, so this
         # comparison is mostly identity checks.
-        if last is not None and last[0] == facts:
-            return last[1], last[2]
+        if last is not None and last[0] == facts and last[1] == health_labels:
+            return last[2], last[3]
         self._topology_withheld = False
         label_set, annotations = compute_labels(
-            facts, self.options, derive=self._derive_or_withhold
+            facts, self.options, derive=self._derive_or_withhold, health_labels=health_labels
         )
         # A withheld topology is retried (and counted) every cycle, not remembered.
-        self._last_computed = None if self._topology_withheld else (facts, label_set, annotations)
+        self._last_computed = (
+            None if self._topology_withheld else (facts, health_labels, label_set, annotations)
+        )
         return label_set, annotations
 
     def _derive_or_withhold(self, facts: NodeFacts) -> Derived:

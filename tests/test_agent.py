@@ -361,3 +361,56 @@ def test_a_good_topology_counts_no_failure() -> None:
     assert sink.current is not None and "nvidia.com/gpu.interconnect" in sink.current.labels
     assert "nvidia.com/gpu.topology" in sink.current.annotations
     assert telemetry.registry.get_sample_value("gfd_topology_failures_total") == 0
+
+
+# --------------------------------------------------------------------------- health label
+
+HEALTH = "nvidia.com/gpu.health"
+
+
+class ScriptedHealth:
+    """A health watch whose verdicts are given in advance, one mapping per cycle."""
+
+    def __init__(self, *verdicts: dict[str, str]) -> None:
+        self.verdicts = list(verdicts)
+
+    def observe(self, facts: NodeFacts | None, error: Exception | None) -> dict[str, str]:
+        return self.verdicts.pop(0)
+
+    def report(self) -> None:
+        return None
+
+
+def test_each_cycles_health_verdict_is_published_and_equal_ones_reuse_the_labels() -> None:
+    derived: list[NodeFacts] = []
+
+    def counting(facts: NodeFacts) -> Derived:
+        derived.append(facts)
+        return no_topology(facts)
+
+    sink = RecordingSink()
+    verdicts: tuple[dict[str, str], ...] = (
+        {HEALTH: "healthy"},
+        {HEALTH: "healthy"},
+        {HEALTH: "GPULost"},
+        {},
+    )
+    agent = agent_with(scripted(GOOD), sink, derive=counting, health=ScriptedHealth(*verdicts))
+    published: list[str | None] = []
+    for _ in verdicts:
+        assert agent.cycle().ok
+        assert sink.current is not None
+        published.append(sink.current.labels.get(HEALTH))
+    assert published == ["healthy", "healthy", "GPULost", None]
+    assert sink.current is not None and sink.current.labels["nvidia.com/gpu.interconnect"] == "test"
+    assert len(derived) == 3, "equal facts with an equal verdict reuse the labels"
+
+
+def test_a_health_label_kubernetes_would_refuse_is_dropped_and_warned() -> None:
+    # A state adopted from a Node condition someone edited may carry any reason.
+    sink, log = RecordingSink(), Log()
+    agent = agent_with(scripted(GOOD), sink, log=log, health=ScriptedHealth({HEALTH: "GPU lost"}))
+    assert agent.cycle().ok
+    assert sink.current is not None and HEALTH not in sink.current.labels
+    dropped = [e[2]["key"] for e in log.events if e[1].startswith("label dropped")]
+    assert dropped == [HEALTH]

@@ -1,12 +1,18 @@
 """Labels: pure functions from facts (and options) to a validated ``dict[str, str]``.
 
-This package owns the label map. Small labelers, one per concern, are merged in a
-fixed, documented order (later wins on a shared key):
+This package owns the label map. Every label family is one :class:`~gfd.labels.labeler.Labeler`
+in :data:`LABELERS`, merged in this fixed, documented order (later wins on a shared key):
 
 1. timestamp, 2. driver and CUDA versions, 3. machine, 4. full-GPU product
 labels (with sharing), 5. GPU mode, 6. MIG capability, 7. MIG strategy (overrides
 ``gpu.*`` under ``single``), 8. MPS capability, 9. per-model counts on nodes with
-several models, 10. vGPU, 11. fabric clique, 12. topology. A node without GPUs gets only 1 and 10.
+several models, 10. vGPU, 11. fabric clique, 12. topology, 13. health.
+
+A node without GPUs gets only the families that apply without GPUs (1, 10 and 13);
+that is a property of each labeler, not a separate path. The topology and health
+families are computed by the agent (:mod:`gfd.agent`) and reach their labelers through
+:class:`~gfd.labels.labeler.CycleInputs`. :func:`compose` is the one place the
+families are merged and validated.
 
 Sharing with MPS on a node with a MIG-enabled GPU raises
 :class:`gfd.errors.ConfigError`: the reference refuses that configuration too.
@@ -17,32 +23,59 @@ this layer; an invalid one is dropped and reported, never emitted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gfd.config import Sharing
 from gfd.facts import NodeFacts
-from gfd.labels import core
-from gfd.labels.fabric import fabric_labels
-from gfd.labels.mig import mig_labels
-from gfd.labels.models import model_labels
+from gfd.labels.core import (
+    GPU_MODE_LABELER,
+    MACHINE_LABELER,
+    MIG_CAPABLE_LABELER,
+    PRODUCT_LABELER,
+    TIMESTAMP_LABELER,
+    VERSIONS_LABELER,
+)
+from gfd.labels.fabric import FABRIC_LABELER
+from gfd.labels.health import HEALTH_LABELER
+from gfd.labels.labeler import CycleInputs, Labeler, LabelOptions
+from gfd.labels.mig import MIG_STRATEGY_LABELER
+from gfd.labels.models import MODELS_LABELER
 from gfd.labels.rules import key_problem, value_problem
-from gfd.labels.sharing import mps_labels
-from gfd.labels.vgpu import vgpu_labels, withheld_vgpu_labels
+from gfd.labels.sharing import MPS_LABELER
+from gfd.labels.topology import TOPOLOGY_LABELER
+from gfd.labels.vgpu import VGPU_LABELER
+
+__all__ = [
+    "LABELERS",
+    "CycleInputs",
+    "LabelOptions",
+    "LabelSet",
+    "Labeler",
+    "Labels",
+    "build_labels",
+    "compose",
+    "merge",
+    "validated",
+]
+
+#: Every label family, in the documented order (a later one wins on a shared key).
+LABELERS: tuple[Labeler, ...] = (
+    TIMESTAMP_LABELER,
+    VERSIONS_LABELER,
+    MACHINE_LABELER,
+    PRODUCT_LABELER,
+    GPU_MODE_LABELER,
+    MIG_CAPABLE_LABELER,
+    MIG_STRATEGY_LABELER,
+    MPS_LABELER,
+    MODELS_LABELER,
+    VGPU_LABELER,
+    FABRIC_LABELER,
+    TOPOLOGY_LABELER,
+    HEALTH_LABELER,
+)
 
 Labels = dict[str, str]
-
-
-@dataclass(frozen=True)
-class LabelOptions:
-    """What besides the facts shapes the labels."""
-
-    #: Unix seconds taken once per process start, or None for ``--no-timestamp``.
-    timestamp: int | None = None
-    #: ``--mig-strategy``: none, single or mixed.
-    mig_strategy: str = "none"
-    #: The config file's ``sharing`` section; None when nothing is shared.
-    sharing: Sharing | None = None
 
 
 @dataclass(frozen=True)
@@ -87,39 +120,29 @@ def validated(labels: Mapping[str, str]) -> LabelSet:
     return LabelSet(labels=kept, dropped=tuple(dropped))
 
 
-def build_labels(
-    facts: NodeFacts,
-    options: LabelOptions,
-    *,
-    extra: Iterable[Callable[[NodeFacts], Mapping[str, str]]] = (),
-) -> LabelSet:
-    """All labels for ``facts``: the core labelers in order, then ``extra`` labelers.
+def compose(inputs: CycleInputs, labelers: Sequence[Labeler] = LABELERS) -> LabelSet:
+    """The labels of one cycle: every labeler that applies, merged in order, validated once.
 
     A node without GPUs (NVML reports none, or NVML is down under
-    ``--fail-on-init-error=false``) gets no GPU labels at all, not even ``cuda.*`` or
-    ``gpu.machine``: only the timestamp and the vGPU labels, as the reference does.
+    ``--fail-on-init-error=false``) gets only the labelers that apply without GPUs: no
+    ``cuda.*`` or ``gpu.machine``, as the reference does.
     """
-    if not facts.gpus:
-        parts: list[Mapping[str, str]] = [
-            core.timestamp_labels(options.timestamp),
-            vgpu_labels(facts),
-        ]
-        return replace(validated(merge(parts)), withheld=withheld_vgpu_labels(facts))
-    parts = [
-        core.timestamp_labels(options.timestamp),
-        core.driver_version_labels(facts),
-        core.cuda_runtime_labels(facts),
-        core.machine_labels(facts),
-        core.product_labels(facts, options.sharing),
-        core.gpu_mode_labels(facts),
-        core.mig_capable_labels(facts),
-        mig_labels(facts, options.mig_strategy, options.sharing),
-        mps_labels(facts, options.sharing),
-        model_labels(facts),
-        vgpu_labels(facts),
-        fabric_labels(facts),
+    applying = [
+        labeler for labeler in labelers if inputs.facts.gpus or labeler.applies_without_gpus
     ]
-    parts.extend(labeler(facts) for labeler in extra)
-    label_set = validated(merge(parts))
-    withheld = core.withheld_driver_labels(facts) + withheld_vgpu_labels(facts)
-    return replace(label_set, withheld=withheld)
+    parts: list[Mapping[str, str]] = []
+    withheld: list[tuple[str, str]] = []
+    for labeler in applying:
+        try:
+            parts.append(labeler.labels(inputs))
+            withheld.extend(labeler.withheld(inputs))
+        except Exception as exc:
+            # The agent logs the traceback of a failed cycle: say which family it came from.
+            exc.add_note(f"in the {labeler.name} labeler")
+            raise
+    return replace(validated(merge(parts)), withheld=tuple(withheld))
+
+
+def build_labels(facts: NodeFacts, options: LabelOptions) -> LabelSet:
+    """The labels of ``facts`` alone: no topology and no health verdict (see :func:`compose`)."""
+    return compose(CycleInputs(facts, options))

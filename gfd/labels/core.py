@@ -3,7 +3,8 @@
 Each labeler is a pure function from facts (and options) to a label map with
 the reference's keys and values (``reference/GFD-COMPAT.md``). Values built from
 free text go through :func:`gfd.labels.rules.sanitise_value`, products through
-:func:`gfd.labels.rules.product_value`.
+:func:`gfd.labels.rules.product_value`. The ``*_LABELER`` objects at the end are
+those functions as entries of :data:`gfd.labels.LABELERS`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from gfd.config import Sharing
 from gfd.facts import Gpu, NodeFacts
 from gfd.labels.families import GFD_NAMESPACE as PREFIX
+from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import sanitise_value
 from gfd.labels.sharing import (
     FULL_GPU_RESOURCE,
@@ -198,3 +200,23 @@ def mig_capable_labels(facts: NodeFacts) -> dict[str, str]:
         return {}
     capable = any(g.mig_mode_current is not None for g in facts.gpus)
     return {f"{PREFIX}mig.capable": "true" if capable else "false"}
+
+
+TIMESTAMP_LABELER = FamilyLabeler(
+    "timestamp",
+    lambda inputs: timestamp_labels(inputs.options.timestamp),
+    applies_without_gpus=True,
+)
+VERSIONS_LABELER = FamilyLabeler(
+    "driver and CUDA versions",
+    lambda inputs: {**driver_version_labels(inputs.facts), **cuda_runtime_labels(inputs.facts)},
+    report_withheld=lambda inputs: withheld_driver_labels(inputs.facts),
+)
+MACHINE_LABELER = FamilyLabeler("machine", lambda inputs: machine_labels(inputs.facts))
+PRODUCT_LABELER = FamilyLabeler(
+    "product", lambda inputs: product_labels(inputs.facts, inputs.options.sharing)
+)
+GPU_MODE_LABELER = FamilyLabeler("GPU mode", lambda inputs: gpu_mode_labels(inputs.facts))
+MIG_CAPABLE_LABELER = FamilyLabeler(
+    "MIG capability", lambda inputs: mig_capable_labels(inputs.facts)
+)

@@ -10,6 +10,7 @@ cliques) yields no label, so workloads never select a node on a partial fabric.
 from __future__ import annotations
 
 from gfd.facts import FabricInfo, NodeFacts
+from gfd.labels.labeler import FamilyLabeler
 
 CLIQUE_KEY = "nvidia.com/gpu.clique"
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -40,3 +41,6 @@ def fabric_labels(facts: NodeFacts) -> dict[str, str]:
         return {}
     cluster_uuid, clique_id = cliques.pop()
     return {CLIQUE_KEY: f"{cluster_uuid}.{clique_id}"}
+
+
+FABRIC_LABELER = FamilyLabeler("fabric clique", lambda inputs: fabric_labels(inputs.facts))

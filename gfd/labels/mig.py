@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from gfd.config import Sharing
 from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
+from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import product_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for
 
@@ -179,3 +180,9 @@ def mig_labels(facts: NodeFacts, strategy: str, sharing: Sharing | None = None) 
     replication = replication_for(sharing, FULL_GPU_RESOURCE)
     labels.update(mig_resource_labels(FULL_GPU_RESOURCE, groups[0], replication))
     return labels
+
+
+MIG_STRATEGY_LABELER = FamilyLabeler(
+    "MIG strategy",
+    lambda inputs: mig_labels(inputs.facts, inputs.options.mig_strategy, inputs.options.sharing),
+)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from gfd.facts import NodeFacts
 from gfd.labels.core import models_by_count
 from gfd.labels.families import GFD_NAMESPACE
+from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import MAX_NAME_LENGTH, product_value
 
 HETEROGENEOUS_KEY = "nvidia.com/gpu.heterogeneous"
@@ -33,3 +34,6 @@ def model_labels(facts: NodeFacts) -> dict[str, str]:
         # Two names that sanitise alike (they differ only in dropped characters) add up.
         labels[key] = str(int(labels.get(key, "0")) + len(group))
     return labels
+
+
+MODELS_LABELER = FamilyLabeler("per-model counts", lambda inputs: model_labels(inputs.facts))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from gfd.config import Sharing
 from gfd.errors import ConfigError
 from gfd.facts import NodeFacts
+from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import product_value
 
 FULL_GPU_RESOURCE = "nvidia.com/gpu"
@@ -87,3 +88,8 @@ def mps_labels(facts: NodeFacts, sharing: Sharing | None) -> dict[str, str]:
     check_sharing(facts, sharing)
     capable = sharing is not None and sharing.strategy == "mps"
     return {MPS_CAPABLE_KEY: "true" if capable else "false"}
+
+
+MPS_LABELER = FamilyLabeler(
+    "MPS capability", lambda inputs: mps_labels(inputs.facts, inputs.options.sharing)
+)

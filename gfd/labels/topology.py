@@ -4,11 +4,16 @@ This module owns the ``nvidia.com/gpu.interconnect`` family of labels (documente
 in ``docs/topology.md``). It is a pure function of a built
 :class:`~gfd.topology.Topology`; every value is a valid Kubernetes label value
 (lower case words or decimal numbers). A node with no GPU gets no topology labels.
+
+The agent builds the topology once per cycle (with the C builder, whose failure it
+withholds and counts) and keeps the matrix annotation; :data:`TOPOLOGY_LABELER` places
+the labels it derived with :func:`topology_labels` in the composition's order.
 """
 
 from __future__ import annotations
 
 from gfd.labels.families import GFD_NAMESPACE
+from gfd.labels.labeler import FamilyLabeler
 from gfd.topology import Topology
 
 #: Label value for a PCIe level NVML did not report (``N/A`` in the matrix).
@@ -44,3 +49,6 @@ def _level_value(level: str | None) -> str:
     if level == "N/A":
         return UNKNOWN_LEVEL
     return level.lower()
+
+
+TOPOLOGY_LABELER = FamilyLabeler("topology", lambda inputs: inputs.topology_labels)

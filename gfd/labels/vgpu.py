@@ -9,6 +9,7 @@ says why, for the agent to log once.
 from __future__ import annotations
 
 from gfd.facts import NodeFacts
+from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import sanitise_value
 
 PRESENT_KEY = "nvidia.com/vgpu.present"
@@ -38,3 +39,12 @@ def withheld_vgpu_labels(facts: NodeFacts) -> tuple[tuple[str, str], ...]:
     if facts.vgpu is None and facts.gpus:
         return ((PRESENT_KEY, UNREADABLE_REASON),)
     return ()
+
+
+#: A vGPU guest without GPUs visible to NVML is still worth telling the scheduler about.
+VGPU_LABELER = FamilyLabeler(
+    "vGPU",
+    lambda inputs: vgpu_labels(inputs.facts),
+    applies_without_gpus=True,
+    report_withheld=lambda inputs: withheld_vgpu_labels(inputs.facts),
+)
