@@ -16,6 +16,7 @@ from typing import Any
 import pynvml
 
 from gfd.facts import Gpu, cpulist_from_ids
+from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.nvml.cache import GpuStatic, ReadCache
 from gfd.nvml.calls import NvmlCaller, text
 from gfd.nvml.fabric import read_fabric
@@ -25,6 +26,8 @@ from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
 
 #: Words of 64 CPUs asked of nvmlDeviceGetCpuAffinity: 4096 CPUs covers any machine shipped.
 CPU_AFFINITY_WORDS = 64
+#: The NUMA nodes online, as a CPU-list-style range (``0``, ``0-1``), under the sysfs root.
+NUMA_NODES_ONLINE = Path("devices") / "system" / "node" / "online"
 
 
 def read_gpu(nv: NvmlCaller, index: int, handle: Any, sysfs_root: Path, cache: ReadCache) -> Gpu:
@@ -92,7 +95,7 @@ def read_gpu_static(nv: NvmlCaller, handle: Any, name: str, sysfs_root: Path) ->
         compute_minor=int(compute[1]) if compute is not None else None,
         architecture=int(architecture) if architecture is not None else None,
         brand=int(brand) if brand is not None else None,
-        numa_node=_read_numa_node(sysfs_dir / "numa_node"),
+        numa_node=_read_numa_node(sysfs_dir / "numa_node", sysfs_root),
         gpu_numa_id=int(gpu_numa) if gpu_numa is not None else None,
         cpu_affinity=_affinity_to_cpulist(affinity) if affinity is not None else None,
     )
@@ -111,6 +114,25 @@ def _affinity_to_cpulist(words: Any) -> str:
     return cpulist_from_ids(cpus)
 
 
-def _read_numa_node(path: Path) -> int | None:
+def _read_numa_node(path: Path, sysfs_root: Path) -> int | None:
+    """The PCI device's NUMA node; on a machine of one node, that node.
+
+    The kernel writes -1 when the firmware names no node for the device, which virtual
+    machines and single-socket boards commonly do. With only one node online every device
+    is on it, and ``nvidia-smi topo -m`` says so (a real H200 in a VM: sysfs -1, node 0
+    the only one online, nvidia-smi's NUMA affinity 0; ``tests/records/real-gpu/``). With
+    several nodes the device's is not known, and stays absent.
+    """
     node = read_sysfs_int(path, base=10)
-    return None if node is None or node < 0 else node
+    if node is not None and node >= 0:
+        return node
+    return _only_numa_node(sysfs_root / NUMA_NODES_ONLINE)
+
+
+def _only_numa_node(online: Path) -> int | None:
+    """The one NUMA node listed in sysfs's ``online`` file, or None for none, several or unreadable."""
+    try:
+        listed = read_bounded(online, SYSFS_ATTRIBUTE_LIMIT).decode("ascii").strip()
+    except (OSError, InputRejected, UnicodeDecodeError):
+        return None
+    return int(listed) if listed.isdigit() else None
