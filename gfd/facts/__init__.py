@@ -24,6 +24,7 @@ from gfd.facts.model import P2P_STATUSES as P2P_STATUSES
 from gfd.facts.model import PCI_LEVELS as PCI_LEVELS
 from gfd.facts.model import FabricInfo as FabricInfo
 from gfd.facts.model import Gpu as Gpu
+from gfd.facts.model import MemoryHealth as MemoryHealth
 from gfd.facts.model import MigDevice as MigDevice
 from gfd.facts.model import NodeFacts as NodeFacts
 from gfd.facts.model import NvLink as NvLink
@@ -32,6 +33,8 @@ from gfd.facts.model import NvLinkRemoteType as NvLinkRemoteType
 from gfd.facts.model import P2PStatus as P2PStatus
 from gfd.facts.model import PciLevel as PciLevel
 from gfd.facts.model import PciPair as PciPair
+from gfd.facts.model import RemappedRows as RemappedRows
+from gfd.facts.model import RetiredPages as RetiredPages
 from gfd.facts.model import VgpuInfo as VgpuInfo
 from gfd.facts.serialise import DERIVED_KEY as DERIVED_KEY
 from gfd.facts.serialise import dump_facts as dump_facts

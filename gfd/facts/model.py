@@ -110,6 +110,47 @@ class FabricInfo:
 
 
 @dataclass(frozen=True)
+class RemappedRows:
+    """``nvmlDeviceGetRemappedRows`` (Ampere and later): the GPU's row remapper."""
+
+    #: Rows remapped so far because of correctable and of uncorrectable errors.
+    correctable: int
+    uncorrectable: int
+    #: A remapping waits for a GPU reset to take effect.
+    pending: bool
+    #: A remapping failed: the GPU's memory can no longer be repaired in place.
+    failure: bool
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    """``nvmlDeviceGetRetiredPages`` and ``...PendingStatus`` (GPUs before Ampere)."""
+
+    #: Pages retired because of repeated single-bit errors, and of double-bit errors.
+    single_bit: int
+    double_bit: int
+    #: A retirement waits for a GPU reset (or driver reload) to take effect.
+    pending: bool
+
+
+@dataclass(frozen=True)
+class MemoryHealth:
+    """What NVML says of a GPU's memory; each None is NOT_SUPPORTED (or not exported).
+
+    Read every cycle: the counts and flags change while gfd runs. No label depends on
+    it; the ``memory`` health check does (:mod:`gfd.health.checks.memory`).
+    """
+
+    #: ``nvmlDeviceGetEccMode``: ECC on (current mode, not the one pending a reset).
+    ecc_enabled: bool | None = None
+    #: Row remapping replaced page retirement from Ampere on: a GPU has one or neither.
+    remapped_rows: RemappedRows | None = None
+    retired_pages: RetiredPages | None = None
+    #: ``nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)``: since the driver loaded.
+    volatile_uncorrected_ecc: int | None = None
+
+
+@dataclass(frozen=True)
 class MigDevice:
     """A MIG device (GPU instance + compute instance) on a MIG-enabled GPU."""
 
@@ -174,6 +215,8 @@ class Gpu:
     nvlink_version: int | None = None
     nvlinks: tuple[NvLink, ...] = ()
     fabric: FabricInfo | None = None
+    #: None when NVML reported nothing of it (and in facts captured before it was read).
+    memory_health: MemoryHealth | None = None
 
 
 @dataclass(frozen=True)

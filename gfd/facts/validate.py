@@ -23,6 +23,7 @@ from gfd.facts.model import (
     GI_PROFILE_INDEX_COUNT,
     GI_PROFILE_VARIANTS,
     SCHEMA_VERSION,
+    MemoryHealth,
     NodeFacts,
     NvLinkP2P,
     PciPair,
@@ -188,9 +189,35 @@ def _check_consistency(facts: NodeFacts, source: str) -> None:
                 )
         if gpu.memory_total_bytes is not None and gpu.memory_total_bytes < 0:
             raise FactsError(source, f"{where}.memory_total_bytes", "must not be negative")
+        if gpu.memory_health is not None:
+            _check_memory_health(gpu.memory_health, f"{where}.memory_health", source)
     gpu_count = len(facts.gpus)
     _check_pairs("pci_pairs", facts.pci_pairs, gpu_count, source)
     _check_pairs("nvlink_p2p", facts.nvlink_p2p, gpu_count, source)
+
+
+#: NVML's memory counts are unsigned: rows and pages 32 bits, ECC errors 64.
+_MEMORY_COUNT_BITS = {
+    "remapped_rows.correctable": 32,
+    "remapped_rows.uncorrectable": 32,
+    "retired_pages.single_bit": 32,
+    "retired_pages.double_bit": 32,
+    "volatile_uncorrected_ecc": 64,
+}
+
+
+def _check_memory_health(health: MemoryHealth, where: str, source: str) -> None:
+    """Each count of ``health`` is one NVML can report: not negative, within its width."""
+    for name, bits in _MEMORY_COUNT_BITS.items():
+        value: Any = health
+        for part in name.split("."):
+            value = getattr(value, part) if value is not None else None
+        if value is None:
+            continue
+        if not 0 <= value < 2**bits:
+            raise FactsError(
+                source, f"{where}.{name}", f"{value} is not a {bits}-bit count (0 to 2**{bits} - 1)"
+            )
 
 
 def _check_pairs(
