@@ -1,8 +1,9 @@
 """The GPU health checks of the running configuration, and what they remember across reloads.
 
 Which checks run, and with what, follows from the settings and the sinks: the checks that
-read the Node need the node sink, and the ``GPUHealthy`` condition is written through the
-node sink's client.
+read the Node need the node sink (and the device-plugin check reads the DRA driver's
+ResourceSlices through its client), and the ``GPUHealthy`` condition and the health taint
+are written through the node sink's client.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class HealthSetup:
             # Without the node sink there is no Node to read: the API checks cannot run.
             checks = tuple(check for check in checks if check not in API_CHECKS)
         previous = self._last
+        slices = None
+        if node_sink is not None and built.client is not None:
+            from gfd.health.resource_slices import ResourceSliceReader
+
+            slices = ResourceSliceReader(
+                client=built.client, node_name=node_sink.node_name, stop=self._stop
+            ).list
         monitor = HealthMonitor(
             sysfs_root=read.sysfs_root,
             checks=checks,
@@ -57,17 +65,29 @@ class HealthSetup:
             grace_period=settings.health_grace_period or 0.0,
             log=log,
             previous=previous.monitor if previous is not None else None,
+            resource_slices=slices,
+            resource_slice_interval=settings.health_resource_slice_interval,
         )
         read_node = writer = None
         if node_sink is not None:
-            from gfd.health.condition import NodeConditionWriter, node_reader
+            from gfd.health.condition import ConditionWriter, NodeConditionWriter, node_reader
+            from gfd.health.taint import HealthOutputs, NodeTaintWriter
 
             read_node = node_reader(node_sink)
+            assert built.client is not None, "the node sink was built with the client"
+            writers: list[ConditionWriter] = []
             if settings.health_condition:
-                assert built.client is not None, "the node sink was built with the client"
-                writer = NodeConditionWriter(
-                    client=built.client, node_sink=node_sink, stop=self._stop
+                writers.append(
+                    NodeConditionWriter(client=built.client, node_sink=node_sink, stop=self._stop)
                 )
+            # Even with --health-taint off: a taint gfd added earlier is removed.
+            effect = settings.health_taint_effect if settings.health_taint else None
+            writers.append(
+                NodeTaintWriter(
+                    client=built.client, node_sink=node_sink, stop=self._stop, effect=effect
+                )
+            )
+            writer = HealthOutputs(writers)
         self._last = HealthReporter(
             monitor,
             log=log,

@@ -113,6 +113,12 @@ class Settings:
     health_label: bool = False
     #: Seconds a device plugin problem must last before it is reported; None: none.
     health_grace_period: float | None = 300.0
+    #: gfd's taint nvidia.com/gpu.health on an unhealthy node (gfd.health.taint).
+    health_taint: bool = False
+    health_taint_effect: str = "NoSchedule"
+    #: On a node without the device plugin's resources, the cycles between two reads of
+    #: the DRA driver's ResourceSlices (gfd.health.checks.device_plugin).
+    health_resource_slice_interval: int = 5
     sharing: Sharing | None = None
 
 
@@ -170,6 +176,13 @@ def _check_combination(settings: Settings) -> None:
     if settings.timestamp_annotation and not settings.patch_node:
         raise ConfigError(
             "--timestamp-annotation needs --patch-node (only the Node carries annotations)"
+        )
+    if settings.health_taint and not settings.patch_node:
+        raise ConfigError("--health-taint needs --patch-node (gfd taints the Node it labels)")
+    if settings.health_taint and not settings.health_checks:
+        raise ConfigError(
+            "--health-taint with --health-checks none: no check could ever taint the node; "
+            "enable checks or drop the taint"
         )
     needs_node = settings.patch_node or settings.use_node_feature_api
     if needs_node and not settings.node_name:

@@ -64,6 +64,9 @@ _CONFIG_TREE: dict[str, Any] = {
             "healthCondition": None,
             "healthLabel": None,
             "healthGracePeriod": None,
+            "healthTaint": None,
+            "healthTaintEffect": None,
+            "healthResourceSliceInterval": None,
         },
         # Device-plugin flags that share the reference's config file; accepted and ignored.
         "plugin": "*",

@@ -17,7 +17,12 @@ from gfd.errors import ConfigError, echo
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
 MIG_STRATEGIES = ("none", "single", "mixed")
+#: The effects gfd's health taint may have: both keep new pods off; NoExecute also
+#: evicts running pods that do not tolerate it.
+HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: The largest count option accepted: far past any use, and small enough to stay exact.
+MAX_COUNT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice | checks
+    kind: str  # bool | str | duration | optional-duration | choice | checks | count
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -189,6 +194,35 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DURATION",
     ),
     Option(
+        "health_taint",
+        "--health-taint",
+        ("GFD_HEALTH_TAINT",),
+        ("flags", "gfd", "healthTaint"),
+        "bool",
+        "with --patch-node: taint the node nvidia.com/gpu.health=<reason>:<effect> while its "
+        "GPUs are unhealthy, and remove the taint when they recover",
+    ),
+    Option(
+        "health_taint_effect",
+        "--health-taint-effect",
+        ("GFD_HEALTH_TAINT_EFFECT",),
+        ("flags", "gfd", "healthTaintEffect"),
+        "choice",
+        "the health taint's effect: NoSchedule (no new pods) or NoExecute (also evicts "
+        "pods that do not tolerate it)",
+        HEALTH_TAINT_EFFECTS,
+    ),
+    Option(
+        "health_resource_slice_interval",
+        "--health-resource-slice-interval",
+        ("GFD_HEALTH_RESOURCE_SLICE_INTERVAL",),
+        ("flags", "gfd", "healthResourceSliceInterval"),
+        "count",
+        "on a node without the device plugin's resources: read the ResourceSlices of "
+        "NVIDIA's DRA driver every this many cycles, and when the node's allocatable changes",
+        metavar="CYCLES",
+    ),
+    Option(
         "kubeconfig",
         "--kubeconfig",
         ("KUBECONFIG",),
@@ -269,6 +303,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         if seconds == 0:
             raise ConfigError(f"{where}: the interval must be positive (or 'infinite')")
         return seconds
+    if option.kind == "count":
+        return _count(raw, where, from_text=from_text)
     if option.kind == "checks" and isinstance(raw, list):
         if not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")
@@ -279,4 +315,15 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         return parse_checks(raw, where)
     if option.kind == "choice" and raw not in option.choices:
         raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")
+    return raw
+
+
+def _count(raw: Any, where: str, *, from_text: bool) -> int:
+    """A whole number of at least 1: digits in a flag or variable, an integer in the file."""
+    if from_text and isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
+        raw = int(raw.strip())
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ConfigError(f"{where}: expected a whole number of cycles, got {echo(raw)}")
+    if not 1 <= raw <= MAX_COUNT:
+        raise ConfigError(f"{where}: {raw} is not between 1 and {MAX_COUNT}")
     return raw

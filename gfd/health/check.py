@@ -12,7 +12,7 @@ GPU (:class:`GpuDirectory`). It knows no check by name.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -109,6 +109,9 @@ class CheckSetup:
 
     ``clock`` (monotonic seconds) times grace periods; ``log`` takes the warnings a
     check gives once (a misconfiguration it cannot judge through), None: not logged.
+    ``resource_slices`` lists the node's ResourceSlices of NVIDIA's DRA driver (raising
+    :class:`~gfd.errors.GfdError` when the API cannot answer; None: no API to ask), at
+    most once every ``resource_slice_interval`` cycles.
     """
 
     sysfs_root: Path
@@ -117,6 +120,10 @@ class CheckSetup:
     grace_period: float = DEFAULT_GRACE_PERIOD
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
     log: Any = field(default=None, compare=False)
+    resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = field(
+        default=None, compare=False
+    )
+    resource_slice_interval: int = 5
 
 
 @dataclass(frozen=True)

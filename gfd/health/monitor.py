@@ -38,6 +38,8 @@ class HealthMonitor:
     each check takes over what its predecessor remembered (NVLinks seen up, a grace
     period running), a check disabled now keeps it for a later reload that enables it
     again, and the GPU names carry over. ``registry``: the checks to choose from.
+    ``resource_slices`` and ``resource_slice_interval``: the DRA driver's ResourceSlices
+    for the device-plugin check (:class:`~gfd.health.check.CheckSetup`).
     """
 
     def __init__(
@@ -52,6 +54,8 @@ class HealthMonitor:
         log: Any = None,
         previous: HealthMonitor | None = None,
         registry: Mapping[str, CheckFactory] = REGISTRY,
+        resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
+        resource_slice_interval: int = 5,
     ) -> None:
         self.setup = CheckSetup(
             sysfs_root=sysfs_root,
@@ -60,6 +64,8 @@ class HealthMonitor:
             grace_period=grace_period,
             clock=clock,
             log=log,
+            resource_slices=resource_slices,
+            resource_slice_interval=resource_slice_interval,
         )
         #: Condition reasons by priority (see :func:`gfd.health.registry.reasons_of`).
         self.reasons = reasons_of(registry)

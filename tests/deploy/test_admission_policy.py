@@ -1256,3 +1256,55 @@ def test_nodefeature_sink_traffic_passes_the_policy(
             pod_bound_claims("gpu-2"),
         )
         assert both(nodefeature_policy, elsewhere).denials == (NODEFEATURE_IDENTITY,)
+
+
+def test_health_taint_traffic_passes_the_policies(
+    emulator: Any, node_policy: CelPolicy, events_policy: CelPolicy, tmp_path: Path
+) -> None:
+    """gfd's taint writer, as it runs: its guarded JSON Patches (the taint added beside
+    others' taints, then removed) are admitted on its own node and refused on another, and
+    its Events pass the events policy."""
+    server = pytest.importorskip("tests.emulator.server")
+    patching = pytest.importorskip("tests.emulator.patching")
+    from gfd.health.condition import HealthState
+    from gfd.health.taint import NodeTaintWriter
+    from gfd.kube_api import connect_kubernetes
+    from gfd.sinks.node import NodeSink
+
+    server.seed_gfd_cluster(emulator, node_name="gpu-1", namespace=NAMESPACE, token="gfd-token")
+    emulator.edit_object(
+        "nodes", "gpu-1", mutate=lambda node: node["spec"].update(taints=copy.deepcopy(FOREIGN))
+    )
+    snapshots: list[dict[str, Any] | None] = []
+    emulator.before(
+        lambda e: snapshots.append(e.get("nodes", "gpu-1")),
+        method="PATCH",
+        path_contains="/nodes/gpu-1",
+        times=None,
+    )
+    kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig", "gfd-token")
+    client = connect_kubernetes(kubeconfig=str(kubeconfig))
+    stop = threading.Event()
+    sink = NodeSink(client=client, node_name="gpu-1", stop=stop)
+    writer = NodeTaintWriter(client=client, node_sink=sink, stop=stop, effect="NoExecute")
+    try:
+        for state in (
+            HealthState(False, "GPULost", "GPU 3 (0000:1e:00.0) is lost"),
+            HealthState(True, "GPUsHealthy", "every GPU health check passes"),
+        ):
+            writer.saw(sink.read_ahead())
+            writer.write(state, None)
+    finally:
+        client.close()
+    patches = [r for r in emulator.requests if r.method == "PATCH"]
+    assert [r.content_type for r in patches] == ["application/json-patch+json"] * 2
+    for recorded, old in zip(patches, snapshots, strict=True):
+        new = patching.json_patch(copy.deepcopy(old), recorded.body)
+        assert both(node_policy, update(old, new, user=recorded.user)) == Verdict(True)
+        stolen = update(old, new, claim="gpu-2", user=recorded.user)
+        assert both(node_policy, stolen).denials == (NODE_OWN,)
+    assert emulator.node("gpu-1")["spec"]["taints"] == FOREIGN
+    posts = [r for r in emulator.requests if r.method == "POST"]
+    assert len(posts) == 2
+    for recorded in posts:
+        assert both(events_policy, create_event(recorded.body)) == Verdict(True)

@@ -42,7 +42,7 @@ def environment() -> dict[str, str]:
     return env
 
 
-def test_oneshot_labels_the_node_with_one_read_and_one_write(
+def test_oneshot_labels_the_node_with_one_node_read_and_one_write(
     emulator: ApiServerEmulator, cluster: object, kubeconfig: Path
 ) -> None:
     done = subprocess.run(
@@ -58,7 +58,13 @@ def test_oneshot_labels_the_node_with_one_read_and_one_write(
     assert labels["nvidia.com/gpu.count"] == "8"
     owned = emulator.node_annotations(NODE)[OWNERSHIP_ANNOTATION].split(",")
     assert sorted(owned) == sorted(labels)
-    assert [(r.method, r.status) for r in emulator.requests] == [("GET", 200), ("PATCH", 200)]
+    # The node has no nvidia.com/gpu allocatable: the device-plugin check also reads its
+    # ResourceSlices once (is NVIDIA's DRA driver there?), and finds none.
+    assert [(r.method, r.path.rsplit("/", 1)[-1], r.status) for r in emulator.requests] == [
+        ("GET", NODE, 200),
+        ("GET", "resourceslices", 200),
+        ("PATCH", NODE, 200),
+    ]
 
 
 def test_sigterm_during_backoff_exits_promptly(

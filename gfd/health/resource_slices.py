@@ -1,0 +1,62 @@
+"""The node's ResourceSlices, read through the API client for the ``device-plugin`` check.
+
+This module owns the one read gfd makes of ``resource.k8s.io/v1`` ResourceSlices: a list
+with the field selector ``spec.nodeName=<node>``, so the API server answers with this
+node's slices only, of whatever driver (``spec.driver`` is a selectable field too, but
+one selector per list keeps the request a single term every server version takes); the
+answer is held to the node again, and to NVIDIA's driver, before the check sees it. How
+often it is read is the check's concern (:mod:`gfd.health.checks.device_plugin`); what is
+read costs one GET.
+
+The checks never import this module (nor the API client): the assembly builds a
+:class:`ResourceSliceReader` and hands the check its :meth:`~ResourceSliceReader.list`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from gfd.errors import SinkError
+from gfd.health.checks.device_plugin import DRA_DRIVER
+from gfd.kube_api import KubeClient
+
+#: The collection of ResourceSlices (cluster-scoped) in the version gfd reads.
+RESOURCE_SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
+
+
+class ResourceSliceReader:
+    """Lists the ResourceSlices of NVIDIA's DRA driver on the node named ``node_name``."""
+
+    def __init__(self, *, client: KubeClient, node_name: str, stop: threading.Event) -> None:
+        self._client = client
+        self.node_name = node_name
+        self._stop = stop
+        #: How many lists were sent (the cost the benchmark and the tests count).
+        self.lists = 0
+
+    def list(self) -> list[Mapping[str, Any]]:
+        """The driver's slices on this node; raises :class:`~gfd.errors.SinkError` (a
+        :class:`~gfd.errors.GfdError`) when the API server cannot answer."""
+        self.lists += 1
+        response = self._client.request(
+            "GET",
+            RESOURCE_SLICES_PATH,
+            stop=self._stop,
+            deadline=self._client.deadline(),
+            query={"fieldSelector": f"spec.nodeName={self.node_name}"},
+        )
+        answer = response.json_object("ResourceSlice list")
+        items = answer.get("items")
+        if not isinstance(items, list):
+            raise SinkError("ResourceSlice list: the API server sent no list of items")
+        # A server that ignored the selector would hand over every node's slices.
+        return [
+            item
+            for item in items
+            if isinstance(item, Mapping)
+            and isinstance(spec := item.get("spec"), Mapping)
+            and spec.get("nodeName") == self.node_name
+            and spec.get("driver") == DRA_DRIVER
+        ]
