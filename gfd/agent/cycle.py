@@ -1,31 +1,24 @@
-"""The agent: one labelling cycle, and the loop that repeats it.
+"""One labelling cycle: read the facts, derive the topology and the labels, publish.
 
-A cycle reads facts, derives the topology and the labels, and hands one
-:class:`~gfd.sinks.Publication` to every sink. When the facts cannot be read
-(NVML not up yet, a GPU lost mid-read, an NVML error) nothing is published: every
-sink keeps the last good labels rather than a wrong or partial set. A failing sink
-does not stop the others.
+A cycle hands one :class:`~gfd.sinks.Publication` to every sink. When the facts
+cannot be read (NVML not up yet, a GPU lost mid-read, an NVML error) nothing is
+published: every sink keeps the last good labels rather than a wrong or partial set. A
+failing sink does not stop the others.
 
 No exception ends the agent from inside a cycle: one that is not a
 :class:`~gfd.errors.GfdError` (a bug in a label rule, a library raising what it
 should not) fails that cycle as ``internal``, is logged with its traceback and
-counted, and the loop retries with backoff like after any failure.
-
-The loop sleeps ``sleep_interval`` with a small jitter between cycles (the first
-sleep spread over a whole interval, so a fleet started together falls out of step:
-:class:`Pacer`), retries a failed cycle sooner with exponential backoff, and wakes at
-once for a stop (SIGTERM/SIGINT) or a reload (SIGHUP) request. A stop that comes while a
-cycle reads the facts or computes the labels ends that cycle at once
-(:meth:`LoopControl.interruptible`): nothing of it has been published yet.
+counted, and the loop retries with backoff like after any failure. A stop that comes
+while a cycle reads the facts or computes the labels ends that cycle at once (the
+``interruptible`` the agent is given, :meth:`gfd.agent.control.LoopControl.interruptible`):
+nothing of it has been published yet.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -34,15 +27,6 @@ from gfd.facts import NodeFacts
 from gfd.labels import CycleInputs, LabelOptions, LabelSet, build_labels, compose
 from gfd.labels.labeler import NO_LABELS
 from gfd.sinks import Publication, Sink
-
-#: Relative jitter applied to each sleep, so a fleet started together spreads out.
-SLEEP_JITTER = 0.1
-#: Half-width of the spread of the first sleep after a (re)start of good cycles, as a
-#: fraction of the interval: one whole interval wide (see :class:`Pacer`).
-PHASE_SPREAD = 0.5
-#: First retry delay after a failed cycle; doubles up to the sleep interval.
-RETRY_INITIAL_SECONDS = 1.0
-_JITTER = random.Random()
 
 
 class Telemetry(Protocol):
@@ -182,7 +166,8 @@ class Agent:
         ) = None
         self._topology_withheld = False
         self._health = health
-        #: Wraps the parts of a cycle a stop may abandon (:meth:`LoopControl.interruptible`).
+        #: Wraps the parts of a cycle a stop may abandon
+        #: (:meth:`gfd.agent.control.LoopControl.interruptible`).
         self._interruptible = interruptible
 
     def cycle(self) -> CycleOutcome:
@@ -387,136 +372,3 @@ def _internal_failure(stage: str, exc: BaseException) -> CycleOutcome:
         kind="internal",
         error=exc,
     )
-
-
-class StopRequested(BaseException):
-    """A stop signal ended interruptible work (:meth:`LoopControl.interruptible`).
-
-    A BaseException, so that no ``except Exception`` of a cycle takes it for a failure.
-    """
-
-
-class LoopControl:
-    """Stop and reload requests, set from signal handlers and watched by the loop."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.wake = threading.Event()
-        self.reload_requested = False
-        #: Why the last reload was requested: "signal" (SIGHUP) or "config file changed".
-        self.reload_reason = ""
-        self._interruptible = False
-
-    def request_stop(self) -> None:
-        self.stop.set()
-        self.wake.set()
-
-    @contextlib.contextmanager
-    def interruptible(self) -> Iterator[None]:
-        """While inside, a stop signal ends the work at once: :meth:`stop_from_signal`
-        raises :class:`StopRequested` wherever the main thread is.
-
-        Only for work that publishes nothing and may be abandoned anywhere (reading the
-        facts, computing labels): a cycle of a 128-GPU machine, or one whose NVML answers
-        slowly, would otherwise outlast the second a stop may take. Work already asked to
-        stop does not start.
-        """
-        if self.stop.is_set():
-            raise StopRequested
-        self._interruptible = True
-        try:
-            yield
-        finally:
-            self._interruptible = False
-
-    def stop_from_signal(self) -> None:
-        """What a SIGTERM/SIGINT handler does (in the main thread): request a stop, and end
-        interruptible work in progress. Raises :class:`StopRequested` at most once."""
-        self.request_stop()
-        if self._interruptible:
-            self._interruptible = False
-            raise StopRequested
-
-    def request_reload(self, reason: str = "signal") -> None:
-        self.reload_requested = True
-        self.reload_reason = reason
-        self.wake.set()
-
-    def sleep(
-        self,
-        seconds: float | None,
-        *,
-        changed: Callable[[], bool] | None = None,
-        poll_seconds: float = 1.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        """Sleep until ``seconds`` pass (forever for None) or a stop/reload request.
-
-        With ``changed``, it is asked every ``poll_seconds`` while sleeping; when it says
-        True (the config file changed), a reload is requested and the sleep ends.
-        """
-        deadline = None if seconds is None else clock() + seconds
-        while True:
-            remaining = None if deadline is None else deadline - clock()
-            if remaining is not None and remaining <= 0:
-                break
-            if changed is None:
-                self.wake.wait(remaining)
-                break
-            step = poll_seconds if remaining is None else min(remaining, poll_seconds)
-            if self.wake.wait(step):
-                break
-            if changed():
-                self.reload_requested = True
-                self.reload_reason = "config file changed"
-                break
-        self.wake.clear()
-        if self.stop.is_set():
-            self.wake.set()
-
-
-class Pacer:
-    """When the loop runs its next cycle, given how the last one went.
-
-    After a success the loop sleeps the interval with :data:`SLEEP_JITTER`; after a
-    failure it backs off (:func:`next_delay`). Agents that cycled in step, because a
-    fleet was started together or an API server outage ended for all of them at once,
-    would stay in step under a 10 % jitter for dozens of intervals: the API server
-    would see the whole fleet every interval within a fraction of it. So the first
-    sleep after the first success, and after the first success that ends a run of
-    failures, is drawn from the whole range ``interval × [1 - PHASE_SPREAD, 1 + PHASE_SPREAD)``,
-    which spreads the fleet evenly over one interval; the mean period is unchanged.
-    """
-
-    def __init__(self, sleep_interval: float | None, *, rng: random.Random | None = None) -> None:
-        self.sleep_interval = sleep_interval
-        self._rng = rng if rng is not None else _JITTER
-        self._failures = 0
-        self._in_phase = False
-
-    def next_delay(self, ok: bool) -> float | None:
-        """Seconds to sleep after a cycle that succeeded (``ok``) or failed; None: forever."""
-        if not ok:
-            self._failures += 1
-            self._in_phase = False
-            return next_delay(self.sleep_interval, self._failures, rng=self._rng)
-        self._failures = 0
-        if self.sleep_interval is not None and not self._in_phase:
-            self._in_phase = True
-            return self.sleep_interval * (1 + self._rng.uniform(-PHASE_SPREAD, PHASE_SPREAD))
-        return next_delay(self.sleep_interval, 0, rng=self._rng)
-
-
-def next_delay(
-    sleep_interval: float | None, failures_in_a_row: int, *, rng: random.Random | None = None
-) -> float | None:
-    """Seconds until the next cycle: the interval with jitter, or a shorter backoff after failures."""
-    chance = rng if rng is not None else _JITTER
-    if failures_in_a_row > 0:
-        backoff: float = RETRY_INITIAL_SECONDS * 2.0 ** min(failures_in_a_row - 1, 16)
-        if sleep_interval is not None:
-            backoff = min(backoff, sleep_interval)
-        return backoff * (1 + chance.uniform(-SLEEP_JITTER, SLEEP_JITTER))
-    if sleep_interval is None:
-        return None
-    return sleep_interval * (1 + chance.uniform(-SLEEP_JITTER, SLEEP_JITTER))
