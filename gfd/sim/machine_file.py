@@ -26,6 +26,7 @@ from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branc
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 from gfd.pci import DISPLAY_BASE_CLASS
 from gfd.sim.faults import Faults, fault_records
+from gfd.sim.gpu_health import value_records
 
 MAGIC = "gfdsim-config 1"
 
@@ -344,6 +345,7 @@ def _gpu_lines(gpu: Gpu) -> list[str]:
         bus = link.remote_bus_id if link.remote_bus_id is not None else "-"
         kind = NVLINK_REMOTE_TYPES[link.remote_type] if link.remote_type is not None else "-"
         lines.append(f"nvlink {link.index} {int(link.active)} {bus} {kind}")
+    lines.extend(value_records(gpu))
     if gpu.fabric is not None:
         fabric = gpu.fabric
         health = "-" if fabric.health_mask is None else str(fabric.health_mask)

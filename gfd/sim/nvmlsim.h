@@ -17,7 +17,8 @@
  *   sim_config_gpu.c  the records of one GPU and of its MIG devices
  *   sim_config_topology.c  pair and nvlink_p2p records, link peers, NVSwitch fabrics
  *   sim_faults.c    the one fault engine: the fault_* records and what they do to calls
- *                   (injected errors and delays)
+ *                   (injected errors and delays), to GPU values (sim_value) and events;
+ *                   the names and bounds of the GPU values
  *   sim_core.c      shared state, the lock and call admission (init state, handles,
  *                   lost and vanished GPUs, links cut); nvmlInit*, nvmlShutdown,
  *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
@@ -31,6 +32,10 @@
  *   sim_mig.c       GetMigMode, GetMaxMigDeviceCount, MIG device handles, GPU and
  *                   compute instances and their profiles
  *   sim_fabric.c    GetGpuFabricInfo*, GetVirtualizationMode
+ *   sim_health.c    GetEccMode, GetTotalEccErrors, GetRemappedRows, GetRetiredPages*,
+ *                   GetRetiredPagesPendingStatus
+ *   sim_events.c    nvmlEventSetCreate, RegisterEvents, GetSupportedEventTypes,
+ *                   nvmlEventSetWait*, nvmlEventSetFree; delivering posted events
  *
  * Symbols: the library is compiled with -fvisibility=default, so every non-static
  * function is exported. What one file shares with another (the sim_* functions and
@@ -40,7 +45,7 @@
  * (tests/sim/test_sim_exports.py checks it against these sources).
  *
  * Every exported call is serialised by one mutex, so threads see NVML-like
- * consistency. Handles are pointers into this library's tables, compared by
+ * consistency; only an event wait gives it up while it blocks. Handles are pointers into this library's tables, compared by
  * address before use, so a stale or foreign handle yields INVALID_ARGUMENT
  * rather than a crash.
  *
@@ -70,6 +75,11 @@
 #define SIM_MAX_MIG_DEVICES 16
 /* The longest injected delay: an hour is a hung driver already. */
 #define SIM_MAX_DELAY_MS 3600000u
+/* Event sets open at once, and events queued on one set: more are dropped, as from a full
+ * driver queue. One fault_event record posts at most a queue's worth. */
+#define SIM_MAX_EVENT_SETS 32
+#define SIM_EVENT_QUEUE 64
+#define SIM_MAX_EVENTS SIM_EVENT_QUEUE
 #define BUS_ID_MAX NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE
 #define CALL_NAME_MAX 80
 #define BITS_PER_WORD (sizeof(unsigned long) * CHAR_BIT)
@@ -116,6 +126,27 @@ typedef struct {
     int media_extensions;
 } sim_mig;
 
+/* Values a GPU serves that faults may change after N calls (fault_set, fault_rise): the
+ * machine file's "value NAME N" records, by the names of sim_faults.c's table. Health
+ * calls read them through sim_value. */
+typedef enum {
+    SIM_VALUE_ECC_CURRENT,             /* nvmlEnableState_t */
+    SIM_VALUE_ECC_PENDING,             /* nvmlEnableState_t */
+    SIM_VALUE_ECC_VOLATILE_CORRECTED,
+    SIM_VALUE_ECC_VOLATILE_UNCORRECTED,
+    SIM_VALUE_ECC_AGGREGATE_CORRECTED,
+    SIM_VALUE_ECC_AGGREGATE_UNCORRECTED,
+    SIM_VALUE_REMAPPED_CORRECTABLE,
+    SIM_VALUE_REMAPPED_UNCORRECTABLE,
+    SIM_VALUE_REMAPPED_PENDING,        /* 0/1 */
+    SIM_VALUE_REMAPPED_FAILURE,        /* 0/1 */
+    SIM_VALUE_RETIRED_SINGLE_BIT,      /* pages retired for multiple single-bit errors */
+    SIM_VALUE_RETIRED_DOUBLE_BIT,      /* pages retired for a double-bit error */
+    SIM_VALUE_RETIRED_PENDING,         /* nvmlEnableState_t */
+    SIM_VALUE_EVENT_TYPES,             /* nvmlDeviceGetSupportedEventTypes mask */
+    SIM_VALUE_COUNT
+} sim_value_id;
+
 typedef struct {
     struct nvmlDevice_st handle;
     char name[TEXT_MAX];
@@ -158,6 +189,8 @@ typedef struct {
     int fabric_status;
     int has_fabric_health;
     unsigned fabric_health;
+    unsigned long long values[SIM_VALUE_COUNT];
+    unsigned char has_value[SIM_VALUE_COUNT]; /* 0: NOT_SUPPORTED until a fault_set */
     /* runtime state */
     unsigned long long calls;
     long long lost_after; /* -1: never */
@@ -174,6 +207,23 @@ typedef struct {
     long long used;
 } sim_fault;
 
+/* What a GPU's calls do to its values and events once it has answered `after` calls: the
+ * fault_set, fault_rise and fault_event records, kept in file order. */
+typedef enum { SIM_CHANGE_SET, SIM_CHANGE_RISE, SIM_CHANGE_EVENT } sim_change_kind;
+
+typedef struct {
+    sim_change_kind kind;
+    int gpu;
+    unsigned long long after;
+    sim_value_id value;           /* SET, RISE */
+    int supported;                /* SET: 0 makes the value NOT_SUPPORTED */
+    unsigned long long amount;    /* SET: the value; RISE: added per call; EVENT: eventData */
+    unsigned long long event_type; /* EVENT: one nvmlEventType bit */
+    int mig;                      /* EVENT: index into the GPU's migs, -1 the whole GPU */
+    unsigned times;               /* EVENT: how many events */
+    int posted;                   /* EVENT: done */
+} sim_change;
+
 typedef struct {
     int has_driver;
     char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
@@ -186,6 +236,8 @@ typedef struct {
     int *switch_group; /* per GPU: its NVSwitch fabric joined by trunks, -1: no switch link */
     sim_fault *faults;
     size_t n_faults;
+    sim_change *changes;
+    size_t n_changes;
     long long driver_not_loaded_inits;
     long long init_attempts;
 } sim_machine;
@@ -267,6 +319,24 @@ SIM_INTERNAL int sim_parse_fault_record(sim_parse_ctx *ctx, sim_machine *m, cons
                                         char *value);
 /* Injected faults of an admitted call: every matching delay, then the first matching error. */
 SIM_INTERNAL nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus);
+/* The value's id by its machine-file name, -1 for none. */
+SIM_INTERNAL int sim_value_named(const char *name);
+/* Whether `v` is a value `id` can hold (a flag 0/1, a 32-bit count, an event mask, ...). */
+SIM_INTERNAL int sim_value_fits(sim_value_id id, unsigned long long v);
+/* A GPU's value as its calls so far leave it; 0 when NOT_SUPPORTED. Read by a call on the
+ * GPU after it was admitted (counted). */
+SIM_INTERNAL int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out);
+/* A call on `gpu` was just counted: post the events that became due. */
+SIM_INTERNAL void sim_post_due_events(const sim_gpu *gpu);
+
+/* sim_events.c: event sets (their table lives outside the machine, as NVML's do) */
+/* Queue `times` events on every set recording `type` on the GPU, and wake waiters. */
+SIM_INTERNAL void sim_post_event(const sim_gpu *gpu, int mig, unsigned long long type,
+                                 unsigned long long data, unsigned times);
+/* Something a waiter checks changed (a GPU lost, NVML shut down): wake every waiter. */
+SIM_INTERNAL void sim_wake_event_waiters(void);
+/* Free every event set (the last nvmlShutdown, a new machine) and wake their waiters. */
+SIM_INTERNAL void sim_release_event_sets(void);
 
 /* sim_core.c: call admission; each returns NVML_SUCCESS or the code the call returns. */
 /* Count a call on each GPU it names; a GPU past its lost_after is gone for good. */

@@ -52,6 +52,7 @@ static void free_machine(sim_machine *m) {
     free(m->p2p_nvlink);
     free(m->switch_group);
     free(m->faults);
+    free(m->changes);
     free(m);
 }
 
@@ -105,7 +106,8 @@ static int parse_line(sim_parse_ctx *ctx, sim_machine *m, char *line) {
         static const char *const gpu_keys[] = {
             "name", "uuid", "bus_id", "pci_device_id", "pci_class", "memory_total_bytes",
             "compute_capability", "architecture", "brand", "gpu_numa_id", "cpu_affinity",
-            "mig_mode", "max_mig_devices", "nvlink_version", "nvlink", "fabric", "mig"};
+            "mig_mode", "max_mig_devices", "nvlink_version", "nvlink", "fabric", "mig",
+            "value"};
         for (size_t i = 0; i < sizeof gpu_keys / sizeof gpu_keys[0]; i++) {
             if (strcmp(key, gpu_keys[i]) == 0 || strncmp(key, "mig_", 4) == 0) {
                 return sim_parse_fail(ctx, "'%s' comes before any 'gpu' line", key);
@@ -263,6 +265,8 @@ GFDSIM_API int gfdsim_configure(const char *config_path) {
             return -1;
         }
     }
+    /* Event sets record GPUs of the old machine: they go with it. */
+    sim_release_event_sets();
     free_machine(g_machine);
     g_machine = m;
     g_configured = config_path != NULL;

@@ -1,7 +1,8 @@
 /*
  * sim_config_gpu.c: the records of one GPU and of its MIG devices (docs/simulator.md,
  * "The machine file"): identity, PCI, memory, compute, CPU affinity, MIG mode, NVLinks,
- * fabric, and the mig_* records of each MIG device. The record loop (sim_config.c) hands
+ * fabric, the values that faults may change (health counters, supported events), and the
+ * mig_* records of each MIG device. The record loop (sim_config.c) hands
  * every record after a "gpu" line here until the next machine-wide record.
  */
 
@@ -165,6 +166,30 @@ static int parse_fabric(sim_parse_ctx *ctx, sim_gpu *gpu, char *value) {
         return sim_parse_fail(ctx, "fabric: health mask '%s' is not a number", t_health);
     }
     gpu->has_fabric = 1;
+    return 0;
+}
+
+/* value NAME N: a value of the GPU that faults may change (sim_faults.c names them) */
+static int parse_value(sim_parse_ctx *ctx, sim_gpu *gpu, char *value) {
+    char *rest = value;
+    char *t_name = sim_next_token(&rest);
+    char *t_value = sim_next_token(&rest);
+    if (t_value == NULL || sim_next_token(&rest) != NULL) {
+        return sim_parse_fail(ctx, "value: expected NAME N");
+    }
+    int id = sim_value_named(t_name);
+    if (id < 0) {
+        return sim_parse_fail(ctx, "value: '%s' is not a GPU value", t_name);
+    }
+    unsigned long long v;
+    if (sim_parse_ull(t_value, &v) != 0 || !sim_value_fits((sim_value_id)id, v)) {
+        return sim_parse_fail(ctx, "value: '%s' is not a value of %s", t_value, t_name);
+    }
+    if (gpu->has_value[id]) {
+        return sim_parse_fail(ctx, "value: %s is given twice", t_name);
+    }
+    gpu->values[id] = v;
+    gpu->has_value[id] = 1;
     return 0;
 }
 
@@ -348,6 +373,9 @@ int sim_parse_gpu_record(sim_parse_ctx *ctx, sim_gpu *gpu, const char *key, char
     }
     if (strcmp(key, "nvlink") == 0) {
         return parse_nvlink(ctx, gpu, key, value);
+    }
+    if (strcmp(key, "value") == 0) {
+        return parse_value(ctx, gpu, value);
     }
     if (strcmp(key, "fabric") == 0) {
         return parse_fabric(ctx, gpu, value);

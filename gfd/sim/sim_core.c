@@ -63,9 +63,14 @@ nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus) {
     for (int k = 0; k < n_gpus; k++) {
         sim_gpu *g = &g_machine->gpus[gpus[k]];
         g->calls++;
+        sim_post_due_events(g);
         if (g->lost_after >= 0 && g->calls > (unsigned long long)g->lost_after) {
             g->lost = 1;
             lost = NVML_ERROR_GPU_IS_LOST;
+        }
+        if (g->lost || sim_vanished(g)) {
+            /* A wait on an event set that records this GPU now returns GPU_IS_LOST. */
+            sim_wake_event_waiters();
         }
     }
     if (lost != NVML_SUCCESS) {
@@ -231,6 +236,10 @@ nvmlReturn_t nvmlShutdown(void) {
     }
     nvmlReturn_t rc = g_machine != NULL ? sim_injected(__func__, NULL, 0) : NVML_SUCCESS;
     g_init_count--;
+    if (g_init_count == 0) {
+        /* NVML's state goes with its last reference, event sets included. */
+        sim_release_event_sets();
+    }
     RETURN(rc);
 }
 

@@ -1,7 +1,7 @@
 /*
  * sim_faults.c: the one fault engine. Owns the machine file's fault records
  * (docs/simulator.md, "The machine file"), which are the generic primitives every kind of
- * fault in gfd/sim/faults/ is lowered to, and what they do to a call once it is admitted:
+ * fault in gfd/sim/faults/ is lowered to, and what they do once a call is admitted:
  *   fault_error, fault_delay      a call (by name, for one GPU or any, the first TIMES
  *                                 matches or always) sleeps, then fails: sim_injected
  *   fault_gpu_lost, fault_gpu_vanished, fault_nvlink_down
@@ -10,13 +10,72 @@
  *                                 sim_link.down_after, which call admission and
  *                                 sim_link_cut in sim_core.c read)
  *   fault_driver_not_loaded       the first N nvmlInit* calls fail (read by init)
+ *   fault_set, fault_rise         after N calls on a GPU, one of its values (the table
+ *                                 below) is set, or rises with every further call on it:
+ *                                 sim_value
+ *   fault_event                   after N calls on a GPU, events happen on it:
+ *                                 sim_post_due_events, which sim_events.c delivers
+ * It also owns the per-GPU values' names and bounds, which the "value" records of a GPU
+ * (sim_config_gpu.c) use too.
  */
 
 #include "nvmlsim.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <time.h>
+
+/* ------------------------------------------------------------------------- */
+/* Per-GPU values */
+
+typedef enum { VALUE_FLAG, VALUE_COUNT32, VALUE_COUNT64, VALUE_EVENT_MASK } value_kind;
+
+static const struct {
+    const char *name;
+    value_kind kind;
+} value_table[SIM_VALUE_COUNT] = {
+    [SIM_VALUE_ECC_CURRENT] = {"ecc_current", VALUE_FLAG},
+    [SIM_VALUE_ECC_PENDING] = {"ecc_pending", VALUE_FLAG},
+    [SIM_VALUE_ECC_VOLATILE_CORRECTED] = {"ecc_volatile_corrected", VALUE_COUNT64},
+    [SIM_VALUE_ECC_VOLATILE_UNCORRECTED] = {"ecc_volatile_uncorrected", VALUE_COUNT64},
+    [SIM_VALUE_ECC_AGGREGATE_CORRECTED] = {"ecc_aggregate_corrected", VALUE_COUNT64},
+    [SIM_VALUE_ECC_AGGREGATE_UNCORRECTED] = {"ecc_aggregate_uncorrected", VALUE_COUNT64},
+    [SIM_VALUE_REMAPPED_CORRECTABLE] = {"remapped_rows_correctable", VALUE_COUNT32},
+    [SIM_VALUE_REMAPPED_UNCORRECTABLE] = {"remapped_rows_uncorrectable", VALUE_COUNT32},
+    [SIM_VALUE_REMAPPED_PENDING] = {"remapped_rows_pending", VALUE_FLAG},
+    [SIM_VALUE_REMAPPED_FAILURE] = {"remapped_rows_failure", VALUE_FLAG},
+    [SIM_VALUE_RETIRED_SINGLE_BIT] = {"retired_pages_single_bit", VALUE_COUNT32},
+    [SIM_VALUE_RETIRED_DOUBLE_BIT] = {"retired_pages_double_bit", VALUE_COUNT32},
+    [SIM_VALUE_RETIRED_PENDING] = {"retired_pages_pending", VALUE_FLAG},
+    [SIM_VALUE_EVENT_TYPES] = {"event_types", VALUE_EVENT_MASK},
+};
+
+static unsigned long long value_max(sim_value_id id) {
+    switch (value_table[id].kind) {
+    case VALUE_FLAG: return 1;
+    case VALUE_COUNT32: return UINT_MAX;
+    case VALUE_EVENT_MASK: return (unsigned long long)nvmlEventTypeAll;
+    case VALUE_COUNT64: break;
+    }
+    return ULLONG_MAX;
+}
+
+int sim_value_named(const char *name) {
+    for (int id = 0; id < SIM_VALUE_COUNT; id++) {
+        if (strcmp(value_table[id].name, name) == 0) {
+            return id;
+        }
+    }
+    return -1;
+}
+
+int sim_value_fits(sim_value_id id, unsigned long long v) {
+    if (value_table[id].kind == VALUE_EVENT_MASK) {
+        return (v & ~(unsigned long long)nvmlEventTypeAll) == 0;
+    }
+    return v <= value_max(id);
+}
 
 /* ------------------------------------------------------------------------- */
 /* Fault records */
@@ -137,6 +196,118 @@ static int parse_fault_nvlink_down(sim_parse_ctx *ctx, sim_machine *m, char *val
     return 0;
 }
 
+/* The GPU and AFTER_CALLS that start fault_set, fault_rise and fault_event. */
+static sim_change *new_change(sim_parse_ctx *ctx, sim_machine *m, const char *key,
+                              const char *t_gpu, const char *t_after, sim_change_kind kind) {
+    unsigned gpu, after;
+    if (sim_parse_u32(t_gpu, &gpu) != 0 || gpu >= m->n_gpus) {
+        sim_parse_fail(ctx, "%s: GPU '%s' does not exist", key, t_gpu);
+        return NULL;
+    }
+    if (sim_parse_u32(t_after, &after) != 0) {
+        sim_parse_fail(ctx, "%s: AFTER_CALLS '%s' is not a count", key, t_after);
+        return NULL;
+    }
+    sim_change *changes = sim_grow(m->changes, m->n_changes, sizeof *changes);
+    if (changes == NULL) {
+        sim_parse_fail(ctx, "out of memory");
+        return NULL;
+    }
+    m->changes = changes;
+    sim_change *c = &changes[m->n_changes++];
+    c->kind = kind;
+    c->gpu = (int)gpu;
+    c->after = after;
+    c->mig = -1;
+    return c;
+}
+
+/* fault_set GPU AFTER_CALLS NAME VALUE|- and fault_rise GPU AFTER_CALLS NAME PER_CALL */
+static int parse_value_change(sim_parse_ctx *ctx, sim_machine *m, const char *key,
+                              char *value) {
+    int rise = strcmp(key, "fault_rise") == 0;
+    char *rest = value;
+    char *t_gpu = sim_next_token(&rest);
+    char *t_after = sim_next_token(&rest);
+    char *t_name = sim_next_token(&rest);
+    char *t_value = sim_next_token(&rest);
+    if (t_value == NULL || sim_next_token(&rest) != NULL) {
+        return sim_parse_fail(ctx, "%s: expected GPU AFTER_CALLS NAME %s", key,
+                              rise ? "PER_CALL" : "VALUE|-");
+    }
+    sim_change_kind kind = rise ? SIM_CHANGE_RISE : SIM_CHANGE_SET;
+    sim_change *c = new_change(ctx, m, key, t_gpu, t_after, kind);
+    if (c == NULL) {
+        return -1;
+    }
+    int id = sim_value_named(t_name);
+    if (id < 0) {
+        return sim_parse_fail(ctx, "%s: '%s' is not a GPU value", key, t_name);
+    }
+    c->value = (sim_value_id)id;
+    if (rise) {
+        if (value_table[id].kind != VALUE_COUNT32 && value_table[id].kind != VALUE_COUNT64) {
+            return sim_parse_fail(ctx, "%s: %s is not a count, it cannot rise", key, t_name);
+        }
+        if (sim_parse_ull(t_value, &c->amount) != 0 || c->amount == 0) {
+            return sim_parse_fail(ctx, "%s: PER_CALL '%s' is not a count above 0", key, t_value);
+        }
+        return 0;
+    }
+    c->supported = strcmp(t_value, "-") != 0;
+    if (c->supported && (sim_parse_ull(t_value, &c->amount) != 0 ||
+                         !sim_value_fits(c->value, c->amount))) {
+        return sim_parse_fail(ctx, "%s: '%s' is not a value of %s", key, t_value, t_name);
+    }
+    return 0;
+}
+
+/* fault_event GPU AFTER_CALLS TYPE DATA TIMES MIG|- */
+static int parse_event(sim_parse_ctx *ctx, sim_machine *m, const char *key, char *value) {
+    char *rest = value;
+    char *t_gpu = sim_next_token(&rest);
+    char *t_after = sim_next_token(&rest);
+    char *t_type = sim_next_token(&rest);
+    char *t_data = sim_next_token(&rest);
+    char *t_times = sim_next_token(&rest);
+    char *t_mig = sim_next_token(&rest);
+    if (t_mig == NULL || sim_next_token(&rest) != NULL) {
+        return sim_parse_fail(ctx, "%s: expected GPU AFTER_CALLS TYPE DATA TIMES MIG|-", key);
+    }
+    sim_change *c = new_change(ctx, m, key, t_gpu, t_after, SIM_CHANGE_EVENT);
+    if (c == NULL) {
+        return -1;
+    }
+    unsigned long long type;
+    if (sim_parse_ull(t_type, &type) != 0 || type == 0 || (type & (type - 1)) != 0 ||
+        !sim_value_fits(SIM_VALUE_EVENT_TYPES, type)) {
+        return sim_parse_fail(ctx, "%s: '%s' is not one nvmlEventType bit", key, t_type);
+    }
+    c->event_type = type;
+    if (sim_parse_ull(t_data, &c->amount) != 0) {
+        return sim_parse_fail(ctx, "%s: DATA '%s' is not a number", key, t_data);
+    }
+    if (sim_parse_u32(t_times, &c->times) != 0 || c->times == 0 || c->times > SIM_MAX_EVENTS) {
+        return sim_parse_fail(ctx, "%s: TIMES '%s' is not 1 to %d", key, t_times, SIM_MAX_EVENTS);
+    }
+    if (strcmp(t_mig, "-") != 0) {
+        const sim_gpu *gpu = &m->gpus[c->gpu];
+        unsigned index;
+        if (sim_parse_u32(t_mig, &index) != 0) {
+            return sim_parse_fail(ctx, "%s: MIG '%s' is not an index", key, t_mig);
+        }
+        for (size_t j = 0; j < gpu->n_migs && c->mig < 0; j++) {
+            if (gpu->migs[j].index == index) {
+                c->mig = (int)j;
+            }
+        }
+        if (c->mig < 0) {
+            return sim_parse_fail(ctx, "%s: GPU %d has no MIG device %u", key, c->gpu, index);
+        }
+    }
+    return 0;
+}
+
 int sim_parse_fault_record(sim_parse_ctx *ctx, sim_machine *m, const char *key, char *value) {
     unsigned n[2];
     if (strcmp(key, "fault_error") == 0 || strcmp(key, "fault_delay") == 0) {
@@ -169,6 +340,12 @@ int sim_parse_fault_record(sim_parse_ctx *ctx, sim_machine *m, const char *key, 
     }
     if (strcmp(key, "fault_nvlink_down") == 0) {
         return parse_fault_nvlink_down(ctx, m, value);
+    }
+    if (strcmp(key, "fault_set") == 0 || strcmp(key, "fault_rise") == 0) {
+        return parse_value_change(ctx, m, key, value);
+    }
+    if (strcmp(key, "fault_event") == 0) {
+        return parse_event(ctx, m, key, value);
     }
     if (strcmp(key, "fault_driver_not_loaded") == 0) {
         if (sim_parse_numbers(ctx, key, value, n, 1) != 0) {
@@ -219,4 +396,42 @@ nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus) {
         }
     }
     return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------- */
+/* What faults do to a GPU's values and events */
+
+int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
+    int supported = gpu->has_value[id];
+    unsigned long long v = gpu->values[id];
+    unsigned long long max = value_max(id);
+    for (size_t i = 0; i < g_machine->n_changes; i++) {
+        const sim_change *c = &g_machine->changes[i];
+        if (c->kind == SIM_CHANGE_EVENT || c->gpu != gpu->handle.gpu || c->value != id ||
+            gpu->calls <= c->after) {
+            continue;
+        }
+        if (c->kind == SIM_CHANGE_SET) {
+            supported = c->supported;
+            v = c->amount;
+        } else if (supported) {
+            /* Every call past AFTER_CALLS adds PER_CALL; a count stops at its maximum. */
+            unsigned long long calls = gpu->calls - c->after;
+            unsigned long long room = max - v;
+            v = calls > room / c->amount ? max : v + calls * c->amount;
+        }
+    }
+    *out = supported ? v : 0;
+    return supported;
+}
+
+void sim_post_due_events(const sim_gpu *gpu) {
+    for (size_t i = 0; i < g_machine->n_changes; i++) {
+        sim_change *c = &g_machine->changes[i];
+        if (c->kind == SIM_CHANGE_EVENT && !c->posted && c->gpu == gpu->handle.gpu &&
+            gpu->calls > c->after) {
+            c->posted = 1;
+            sim_post_event(gpu, c->mig, c->event_type, c->amount, c->times);
+        }
+    }
 }

@@ -4,9 +4,9 @@ This package owns the fault model. Each kind of fault is one module here (its da
 how its YAML is read, checked and written back, and what machine-file primitives it
 lowers to) and one field of :class:`Faults`, the registry; ``docs/simulator.md``
 (*Faults*) lists the kinds. The C library knows only the generic primitives of
-:mod:`gfd.sim.faults.primitives` (a call fails or takes a while, a GPU changes state or
-loses links after N calls, inits fail), so a new kind of those shapes is one module and
-one line here, and no C.
+:mod:`gfd.sim.faults.primitives` (a call fails or takes a while, inits fail; after N calls
+on a GPU it changes state, loses links, a value of it is set or rises, events happen on
+it), so a new kind of those shapes is one module and one line here, and no C.
 
 Every fault counts from the moment the library is (re)configured, and stays across
 ``nvmlInit``/``nvmlShutdown``. GPU indices are those of the profile (the machine as
@@ -26,6 +26,7 @@ from gfd.facts import Gpu
 from gfd.sim.calls import EXPORTED_CALLS, NVML_ERROR_CODES
 from gfd.sim.faults.delays import DELAYS, CallDelay
 from gfd.sim.faults.driver_not_loaded_inits import DRIVER_NOT_LOADED_INITS
+from gfd.sim.faults.ecc_rising import ECC_RISING, EccRising
 from gfd.sim.faults.errors import ERRORS, CallError
 from gfd.sim.faults.gpu_lost import GPU_LOST, GpuLost
 from gfd.sim.faults.gpu_vanished import GPU_VANISHED, GpuVanished
@@ -33,6 +34,8 @@ from gfd.sim.faults.kind import KIND_METADATA, FaultKind, registered
 from gfd.sim.faults.nvlink_down import NVLINK_DOWN, NvLinkDown
 from gfd.sim.faults.parsing import MAX_AFTER_CALLS, FaultMachine, kind_of
 from gfd.sim.faults.primitives import MAX_DELAY_SECONDS, Primitive, check_primitives
+from gfd.sim.faults.remapped_rows import REMAPPED_ROWS, RowRemapping
+from gfd.sim.faults.xid import XID, CriticalXid
 
 __all__ = [
     "EXPORTED_CALLS",
@@ -42,10 +45,13 @@ __all__ = [
     "NVML_ERROR_CODES",
     "CallDelay",
     "CallError",
+    "CriticalXid",
+    "EccRising",
     "Faults",
     "GpuLost",
     "GpuVanished",
     "NvLinkDown",
+    "RowRemapping",
     "check_faults",
     "fault_records",
     "faults_to_dict",
@@ -68,6 +74,9 @@ class Faults:
     gpu_vanished: tuple[GpuVanished, ...] = registered(GPU_VANISHED)
     nvlink_down: tuple[NvLinkDown, ...] = registered(NVLINK_DOWN)
     delays: tuple[CallDelay, ...] = registered(DELAYS)
+    xid: tuple[CriticalXid, ...] = registered(XID)
+    remapped_rows: tuple[RowRemapping, ...] = registered(REMAPPED_ROWS)
+    ecc_rising: tuple[EccRising, ...] = registered(ECC_RISING)
 
 
 NO_FAULTS = Faults()

@@ -9,7 +9,13 @@ This module owns the small set of fault primitives the C library's one fault eng
 - :class:`ChangeGpuState` (``fault_gpu_lost``, ``fault_gpu_vanished``): after N calls on a
   GPU it falls off the bus, or NVML stops enumerating it;
 - :class:`TakeLinksDown` (``fault_nvlink_down``): after N calls on a GPU, links go inactive;
-- :class:`FailInits` (``fault_driver_not_loaded``): the first N ``nvmlInit*`` calls fail.
+- :class:`FailInits` (``fault_driver_not_loaded``): the first N ``nvmlInit*`` calls fail;
+- :class:`SetValue` (``fault_set``): after N calls on a GPU, one of its values
+  (:class:`gfd.sim.gpu_health.GpuValue`) reads as given, or NOT_SUPPORTED;
+- :class:`RaiseValue` (``fault_rise``): after N calls on a GPU, a count of it rises with
+  every further call on it;
+- :class:`PostEvent` (``fault_event``): after N calls on a GPU, events happen on it (for the
+  event sets recording that type then).
 
 A kind of fault whose effect is one of these needs no C: its module lowers each entry to
 primitives. :func:`check_primitives` refuses what no machine can be, whatever kinds the
@@ -23,9 +29,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gfd.sim.faults.parsing import FaultMachine
+from gfd.sim.gpu_health import EventType, GpuValue
 
 #: The longest delay (``SIM_MAX_DELAY_MS``): an hour is a hung driver already.
 MAX_DELAY_SECONDS = 3600
+#: The most events one ``fault_event`` record posts (``SIM_MAX_EVENTS``, a set's queue).
+MAX_EVENTS = 64
 
 
 def _optional(value: int | None) -> str:
@@ -100,8 +109,64 @@ class FailInits:
         return f"fault_driver_not_loaded {self.count}"
 
 
+@dataclass(frozen=True)
+class SetValue:
+    """After ``after_calls`` calls on GPU ``gpu``, its ``value`` reads ``to`` (None: NOT_SUPPORTED)."""
+
+    gpu: int
+    after_calls: int
+    value: GpuValue
+    to: int | None
+
+    def record(self) -> str:
+        return f"fault_set {self.gpu} {self.after_calls} {self.value} {_optional(self.to)}"
+
+
+@dataclass(frozen=True)
+class RaiseValue:
+    """After ``after_calls`` calls on GPU ``gpu``, each further call on it adds ``per_call``
+    to its count ``value`` (which stops at its largest value)."""
+
+    gpu: int
+    after_calls: int
+    value: GpuValue
+    per_call: int
+
+    def record(self) -> str:
+        return f"fault_rise {self.gpu} {self.after_calls} {self.value} {self.per_call}"
+
+
+@dataclass(frozen=True)
+class PostEvent:
+    """After ``after_calls`` calls on GPU ``gpu``, ``times`` events of ``event_type`` with
+    ``data`` happen on it (on its MIG device ``mig``: the event names its instances)."""
+
+    gpu: int
+    after_calls: int
+    event_type: EventType
+    data: int
+    times: int
+    #: ``mig_devices[].index`` of the GPU, or None for the whole GPU.
+    mig: int | None
+
+    def record(self) -> str:
+        return (
+            f"fault_event {self.gpu} {self.after_calls} {int(self.event_type):#x} {self.data} "
+            f"{self.times} {_optional(self.mig)}"
+        )
+
+
 #: Every machine-file fault record.
-Primitive = FailCall | DelayCall | ChangeGpuState | TakeLinksDown | FailInits
+Primitive = (
+    FailCall
+    | DelayCall
+    | ChangeGpuState
+    | TakeLinksDown
+    | FailInits
+    | SetValue
+    | RaiseValue
+    | PostEvent
+)
 
 
 def check_primitives(lowered: Sequence[tuple[str, Primitive]], machine: FaultMachine) -> None:

@@ -1,0 +1,192 @@
+"""What a simulated GPU's health calls answer: its memory health and the events it supports.
+
+This module owns, per GPU, what the C library serves to ``nvmlDeviceGetEccMode``,
+``nvmlDeviceGetTotalEccErrors``, ``nvmlDeviceGetRemappedRows``,
+``nvmlDeviceGetRetiredPages*``, ``nvmlDeviceGetRetiredPagesPendingStatus`` and
+``nvmlDeviceGetSupportedEventTypes``: a :class:`MemoryHealth` (the shape of the facts'
+``memory_health``) and a mask of :class:`EventType`, rendered as the machine file's
+``value NAME N`` records (:func:`value_records`; a value not written is NOT_SUPPORTED),
+and the names of those values (:class:`GpuValue`), which faults that change them use too.
+
+What real drivers answer, which the defaults follow (nvml.h's comments, and a real H200
+with driver 580.159.04: ``tests/records/real-gpu/``, which ``tests/sim/test_sim_health.py``
+holds the simulator to; the facts' own ``memory_health`` replaces the defaults once the
+facts carry it):
+
+- ECC mode: only GPUs with ECC report it. Data-center boards (brands TESLA and NVIDIA) ship
+  with ECC on; professional boards (QUADRO, QUADRO_RTX, NVIDIA_RTX) have ECC, off by
+  default; GeForce, TITAN, NVS and unknown brands report NOT_SUPPORTED.
+- ECC counts "require ECC Mode to be enabled": with ECC on, the volatile uncorrected count
+  (0 by default; the aggregate count starts equal to it, corrected counts at 0).
+- Remapped rows: "for Ampere or newer" (with ECC on); NOT_SUPPORTED before.
+- Retired pages: "for Kepler or newer", and in practice through Turing: from Ampere on,
+  row remapping replaced dynamic page retirement, and drivers answer NOT_SUPPORTED to all
+  three calls (the H200 did; ``nvidia-smi -q`` prints ``N/A`` for *Retired Pages*). NVIDIA's
+  own mock NVML answers empty lists instead; a profile that wants that gives
+  ``retired_pages`` explicitly, so a health check can be run against both.
+- Events: the H200 supports every type nvml.h defines (``nvmlEventTypeAll``, 65,439),
+  clock events included although nvml.h calls them "Kepler only". Memory-error events
+  (ECC single- and double-bit, storms, DRAM retirement, poison) are "available only on
+  ECC-enabled devices"; a GPU without ECC on supports the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
+from enum import IntFlag, StrEnum
+
+from gfd.facts import Gpu
+
+#: nvml.h ``nvmlDeviceArchitecture_t``.
+KEPLER = 2
+TURING = 6
+AMPERE = 7
+ARCHITECTURE_UNKNOWN = 0xFFFFFFFF
+#: nvml.h ``nvmlBrandType_t`` of boards that ship with ECC on, and that have ECC off.
+ECC_ON_BRANDS = frozenset({2, 14})  # TESLA, NVIDIA
+ECC_OFF_BRANDS = frozenset({1, 12, 13})  # QUADRO, QUADRO_RTX, NVIDIA_RTX
+
+
+class GpuValue(StrEnum):
+    """The per-GPU values of the machine file (``value NAME N``), as the C library names them."""
+
+    ECC_CURRENT = "ecc_current"
+    ECC_PENDING = "ecc_pending"
+    ECC_VOLATILE_CORRECTED = "ecc_volatile_corrected"
+    ECC_VOLATILE_UNCORRECTED = "ecc_volatile_uncorrected"
+    ECC_AGGREGATE_CORRECTED = "ecc_aggregate_corrected"
+    ECC_AGGREGATE_UNCORRECTED = "ecc_aggregate_uncorrected"
+    REMAPPED_ROWS_CORRECTABLE = "remapped_rows_correctable"
+    REMAPPED_ROWS_UNCORRECTABLE = "remapped_rows_uncorrectable"
+    REMAPPED_ROWS_PENDING = "remapped_rows_pending"
+    REMAPPED_ROWS_FAILURE = "remapped_rows_failure"
+    RETIRED_PAGES_SINGLE_BIT = "retired_pages_single_bit"
+    RETIRED_PAGES_DOUBLE_BIT = "retired_pages_double_bit"
+    RETIRED_PAGES_PENDING = "retired_pages_pending"
+    EVENT_TYPES = "event_types"
+
+
+#: The largest value of a 32-bit count (remapped rows, retired pages).
+MAX_COUNT32 = 2**32 - 1
+#: The largest value of an ECC count.
+MAX_COUNT64 = 2**64 - 1
+
+
+class EventType(IntFlag):
+    """The nvml.h ``nvmlEventType`` bits (``nvmlEventTypeAll`` is all of them)."""
+
+    SINGLE_BIT_ECC_ERROR = 0x1
+    DOUBLE_BIT_ECC_ERROR = 0x2
+    PSTATE = 0x4
+    XID_CRITICAL_ERROR = 0x8
+    CLOCK = 0x10
+    POWER_SOURCE_CHANGE = 0x80
+    MIG_CONFIG_CHANGE = 0x100
+    SINGLE_BIT_ECC_ERROR_STORM = 0x200
+    DRAM_RETIREMENT_EVENT = 0x400
+    DRAM_RETIREMENT_FAILURE = 0x800
+    NON_FATAL_POISON_ERROR = 0x1000
+    FATAL_POISON_ERROR = 0x2000
+    GPU_UNAVAILABLE_ERROR = 0x4000
+    GPU_RECOVERY_ACTION = 0x8000
+
+
+#: nvml.h ``nvmlEventTypeAll``: every type.
+ALL_EVENTS = functools.reduce(operator.or_, EventType)
+#: Events of memory errors, which need ECC on.
+MEMORY_ERROR_EVENTS = (
+    EventType.SINGLE_BIT_ECC_ERROR
+    | EventType.DOUBLE_BIT_ECC_ERROR
+    | EventType.SINGLE_BIT_ECC_ERROR_STORM
+    | EventType.DRAM_RETIREMENT_EVENT
+    | EventType.DRAM_RETIREMENT_FAILURE
+    | EventType.NON_FATAL_POISON_ERROR
+    | EventType.FATAL_POISON_ERROR
+)
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """``nvmlDeviceGetRemappedRows``: rows remapped for each cause, pending, failed."""
+
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+@dataclass(frozen=True)
+class RetiredPages:
+    """``nvmlDeviceGetRetiredPages*`` counts by cause, and whether a retirement is pending."""
+
+    single_bit: int
+    double_bit: int
+    pending: bool
+
+
+@dataclass(frozen=True)
+class MemoryHealth:
+    """What a GPU reports of its memory; None: NVML answers NOT_SUPPORTED."""
+
+    ecc_enabled: bool | None
+    remapped_rows: RemappedRows | None
+    retired_pages: RetiredPages | None
+    volatile_uncorrected_ecc: int | None
+
+
+def _known_architecture(gpu: Gpu) -> int | None:
+    if gpu.architecture is None or gpu.architecture == ARCHITECTURE_UNKNOWN:
+        return None
+    return gpu.architecture
+
+
+def memory_health(gpu: Gpu) -> MemoryHealth:
+    """The memory health ``gpu`` reports: what real drivers answer for its brand and
+    architecture (see the module's docstring)."""
+    if gpu.brand in ECC_OFF_BRANDS:
+        return MemoryHealth(False, None, None, None)
+    if gpu.brand not in ECC_ON_BRANDS:
+        return MemoryHealth(None, None, None, None)
+    architecture = _known_architecture(gpu)
+    rows = None
+    pages = None
+    if architecture is not None and architecture >= AMPERE:
+        rows = RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False)
+    elif architecture is not None and KEPLER <= architecture <= TURING:
+        pages = RetiredPages(single_bit=0, double_bit=0, pending=False)
+    return MemoryHealth(True, rows, pages, 0)
+
+
+def supported_event_types(health: MemoryHealth) -> EventType:
+    """What ``nvmlDeviceGetSupportedEventTypes`` answers for a GPU of ``health``."""
+    return ALL_EVENTS if health.ecc_enabled else ALL_EVENTS & ~MEMORY_ERROR_EVENTS
+
+
+def value_records(gpu: Gpu) -> list[str]:
+    """The ``value`` records of ``gpu``'s machine-file section."""
+    health = memory_health(gpu)
+    values: dict[GpuValue, int] = {}
+    if health.ecc_enabled is not None:
+        values[GpuValue.ECC_CURRENT] = int(health.ecc_enabled)
+        values[GpuValue.ECC_PENDING] = int(health.ecc_enabled)
+    if health.volatile_uncorrected_ecc is not None:
+        values[GpuValue.ECC_VOLATILE_CORRECTED] = 0
+        values[GpuValue.ECC_VOLATILE_UNCORRECTED] = health.volatile_uncorrected_ecc
+        values[GpuValue.ECC_AGGREGATE_CORRECTED] = 0
+        # Aggregate counts persist across driver loads: at least what this load counted.
+        values[GpuValue.ECC_AGGREGATE_UNCORRECTED] = health.volatile_uncorrected_ecc
+    rows = health.remapped_rows
+    if rows is not None:
+        values[GpuValue.REMAPPED_ROWS_CORRECTABLE] = rows.correctable
+        values[GpuValue.REMAPPED_ROWS_UNCORRECTABLE] = rows.uncorrectable
+        values[GpuValue.REMAPPED_ROWS_PENDING] = int(rows.pending)
+        values[GpuValue.REMAPPED_ROWS_FAILURE] = int(rows.failure)
+    pages = health.retired_pages
+    if pages is not None:
+        values[GpuValue.RETIRED_PAGES_SINGLE_BIT] = pages.single_bit
+        values[GpuValue.RETIRED_PAGES_DOUBLE_BIT] = pages.double_bit
+        values[GpuValue.RETIRED_PAGES_PENDING] = int(pages.pending)
+    values[GpuValue.EVENT_TYPES] = int(supported_event_types(health))
+    return [f"value {name} {value}" for name, value in values.items()]
