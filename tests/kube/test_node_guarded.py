@@ -28,9 +28,8 @@ from gfd.sinks.node import (
     OWNERSHIP_ANNOTATION,
     TOPOLOGY_ANNOTATION,
     NodeSink,
-    json_pointer,
-    plan_node_update,
 )
+from gfd.sinks.node_update import json_pointer, plan_node_update
 from tests.emulator import ApiServerEmulator
 from tests.emulator.patching import PatchError, json_patch, merge_patch
 from tests.kube.conftest import NODE

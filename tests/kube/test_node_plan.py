@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from gfd.labels.families import gfd_can_produce
 from gfd.sinks import Publication
-from gfd.sinks.node import (
+from gfd.sinks.node_update import (
     NFD_OWNERSHIP_ANNOTATION,
     OWNERSHIP_ANNOTATION,
     TOPOLOGY_ANNOTATION,
