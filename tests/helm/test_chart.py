@@ -345,6 +345,20 @@ def test_health_taint_is_an_opt_in(helm: Helm) -> None:
     assert _health_args(helm.template(off)) == []
 
 
+@pytest.mark.parametrize(
+    ("case", "effect"), [("health-taint", "NoSchedule"), ("health-taint-no-execute", "NoExecute")]
+)
+def test_gfd_accepts_the_health_taint_arguments(helm: Helm, case: str, effect: str) -> None:
+    # What the chart (and so deploy/components/health-taint) hands gfd is what gfd's own
+    # command line takes to mean: the taint on, with that effect.
+    from gfd.cli import parse_command_line
+    from gfd.config import resolve_settings
+
+    _, explicit = parse_command_line(args_of(workload(helm.template(MATRIX[case]))))
+    settings = resolve_settings(explicit, {"NODE_NAME": "gpu-1"})
+    assert (settings.health_taint, settings.health_taint_effect) == (True, effect)
+
+
 def test_without_the_node_sink_no_taint_toleration_nor_slices(helm: Helm) -> None:
     objects = helm.template(MATRIX["node-feature-api"])
     assert (
