@@ -2,11 +2,11 @@
 
 This module owns the one read gfd makes of ``resource.k8s.io/v1`` ResourceSlices: a list
 with the field selector ``spec.nodeName=<node>``, so the API server answers with this
-node's slices only, of whatever driver (``spec.driver`` is a selectable field too, but
-one selector per list keeps the request a single term every server version takes); the
-answer is held to the node again, and to NVIDIA's driver, before the check sees it. How
-often it is read is the check's concern (:mod:`gfd.health.checks.device_plugin`); what is
-read costs one GET.
+node's slices only, of whatever driver, and with ``resourceVersion=0``, so it answers from
+its watch cache rather than etcd (as the node sink's read; slices change when the driver
+republishes, and a cycle or two of lag is within the check's grace period). The answer is
+held to the node again, and to NVIDIA's driver, before the check sees it. How often it is
+read is the check's concern (:mod:`gfd.health.checks.device_plugin`); a read is one GET.
 
 The checks never import this module (nor the API client): the assembly builds a
 :class:`ResourceSliceReader` and hands the check its :meth:`~ResourceSliceReader.list`.
@@ -45,7 +45,7 @@ class ResourceSliceReader:
             RESOURCE_SLICES_PATH,
             stop=self._stop,
             deadline=self._client.deadline(),
-            query={"fieldSelector": f"spec.nodeName={self.node_name}"},
+            query={"fieldSelector": f"spec.nodeName={self.node_name}", "resourceVersion": "0"},
         )
         answer = response.json_object("ResourceSlice list")
         items = answer.get("items")

@@ -348,7 +348,10 @@ def test_the_reader_lists_its_nodes_slices_by_field_selector(
     reader = ResourceSliceReader(client=client, node_name=NODE, stop=stop)
     assert [s["metadata"]["name"] for s in reader.list()] == ["mine"]
     [request] = [r for r in emulator.requests if r.path == RESOURCE_SLICES_PATH]
-    assert (request.method, request.query) == ("GET", {"fieldSelector": f"spec.nodeName={NODE}"})
+    assert (request.method, request.query) == (
+        "GET",
+        {"fieldSelector": f"spec.nodeName={NODE}", "resourceVersion": "0"},
+    )
     assert reader.lists == 1
 
 
