@@ -1,0 +1,1 @@
+"""Tests of the agent (gfd.agent): one cycle, its faults, and the loop control."""
