@@ -4,7 +4,7 @@ The C library refuses a machine file past gfd's limits (``gfd.facts_limits``, wh
 checks first), so no simulated machine is larger than a real node can be. A ``delays``
 fault makes a call take a while, as NVML does on a driver that initialises slowly or a GPU
 that hangs: what gfd does then (a stop signal must still end it) is tested in
-``tests/test_stop_signal.py``.
+``tests/app/test_stop_signal.py``.
 """
 
 from __future__ import annotations
