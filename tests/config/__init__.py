@@ -1,0 +1,1 @@
+"""Tests of the settings (gfd.config): precedence and every error path."""
