@@ -16,7 +16,7 @@ import pytest
 
 from gfd.sim import profile_path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DGX2 = profile_path("dgx2-v100").read_text(encoding="utf-8")
 TRUNK = "- {a: 0, b: 8, status: ok}"
 SWITCH = "remote_bus_id: '00000000:63:00.0'"
