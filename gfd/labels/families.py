@@ -1,7 +1,7 @@
 """The label keys gfd can produce: its namespace and its families, in one place.
 
 Every labeler in this package writes keys ``nvidia.com/<family>...`` with a family
-from :data:`GFD_FAMILIES` (``tests/test_label_families.py`` holds every bundled
+from :data:`GFD_FAMILIES` (``tests/labels/test_label_families.py`` holds every bundled
 machine to it). Sinks use :func:`gfd_can_produce` to bound what they may ever
 delete: the node sink removes a key listed in its ownership annotation only when
 gfd could have written it, so whoever can edit that annotation cannot make gfd

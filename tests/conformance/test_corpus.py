@@ -12,7 +12,7 @@ rejects, or refuses the machine, gfd's labels are all valid.
 A 200-character product name cannot be served: NVML's name buffer holds 95 bytes
 (``NVML_DEVICE_NAME_V2_BUFFER_SIZE``), so no real driver reports one and the simulator
 refuses it. The 95-character name here is the longest a node can have; 200 characters
-are covered by the pure label tests (``tests/test_labels.py``).
+are covered by the pure label tests (``tests/labels/test_labels.py``).
 
 The reference's side is its record (``tests/records/reference-gfd/corpus.json``) unless
 ``GFD_REFERENCE_BIN`` points at a build, which then runs live; gfd always runs.

@@ -250,7 +250,7 @@ def test_reference_sanitiser_matches_reference_examples() -> None:
 
 def test_product_that_sanitises_to_nothing_gets_the_fallback() -> None:
     label_set = build_labels(make_facts([make_gpu(0, name="(((")]), LabelOptions())
-    # Never an empty product (tests/test_labels_edge_names.py has the whole table).
+    # Never an empty product (tests/labels/test_labels_edge_names.py has the whole table).
     assert label_set.labels[f"{P}gpu.product"] == "unknown"
 
 

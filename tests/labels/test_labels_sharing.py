@@ -16,7 +16,7 @@ from tests.factories import NODE_LABELS, make_facts, make_gpu
 from tests.mig_factories import a100, a100_split
 
 P = "nvidia.com/"
-MIG_FIXTURE = Path(__file__).parent / "sim" / "fixtures" / "dgx-a100-mig.yaml"
+MIG_FIXTURE = Path(__file__).parents[1] / "sim" / "fixtures" / "dgx-a100-mig.yaml"
 
 BASE = dict(NODE_LABELS)
 
