@@ -1,0 +1,1 @@
+"""Tests of the metrics endpoint and telemetry (gfd.metrics)."""
