@@ -16,7 +16,7 @@ from gfd.nvml.device import NUMA_NODES_ONLINE
 from gfd.nvml.reader import read_facts
 from gfd.sim import simulate
 
-REAL_H200 = Path(__file__).parent / "records" / "real-gpu" / "h200-580.159.04" / "facts.yaml"
+REAL_H200 = Path(__file__).parents[1] / "records" / "real-gpu" / "h200-580.159.04" / "facts.yaml"
 
 
 def read_with_nodes_online(tmp_path: Path, online: str | None) -> list[int | None]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from gfd.nvml.branches import FIRST_EXPORTED_IN, OLDEST_BRANCH
 from gfd.nvml.reader import NVML_CALLS
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "nvml.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "nvml.md"
 ROW = re.compile(r"^\| `(nvml\w+)` \| ([a-z-]+) \| (\d+) \|", re.MULTILINE)
 
 

@@ -13,7 +13,7 @@ from gfd.facts import NodeFacts
 from gfd.nvml.reader import read_facts
 from gfd.sim import CallError, Faults, SimulationProfile, load_profile, simulate
 
-MIG_FIXTURE = str(Path(__file__).parent / "sim" / "fixtures" / "dgx-a100-mig.yaml")
+MIG_FIXTURE = str(Path(__file__).parents[1] / "sim" / "fixtures" / "dgx-a100-mig.yaml")
 
 
 def read(profile: SimulationProfile | str) -> NodeFacts:
