@@ -8,7 +8,7 @@ bare key meaning ``true``, dot-files skipped, files merged in lexical order, and
 file limit. Then nfd-master: unprefixed keys get ``feature.node.kubernetes.io/``, and each
 label whose key or value Kubernetes rejects, or whose namespace is ``kubernetes.io`` (or a
 subdomain of it but NFD's own), is dropped on its own.
-``tests/test_nfd_record.py`` holds this model to ``tests/records/nfd/``.
+``tests/sinks/test_nfd_record.py`` holds this model to ``tests/records/nfd/``.
 """
 
 from __future__ import annotations
