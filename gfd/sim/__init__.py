@@ -60,6 +60,7 @@ from gfd.sim.faults import (
     check_faults,
     parse_faults,
 )
+from gfd.sim.gpu_health import with_default_memory_health
 from gfd.sim.machine_file import check_servable, render_machine_file
 from gfd.sim.sysfs_tree import write_sysfs_tree
 
@@ -82,6 +83,7 @@ __all__ = [
     "prepare_machine",
     "profile_path",
     "simulate",
+    "with_default_memory_health",
 ]
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"

@@ -3,27 +3,31 @@
 This module owns, per GPU, what the C library serves to ``nvmlDeviceGetEccMode``,
 ``nvmlDeviceGetTotalEccErrors``, ``nvmlDeviceGetRemappedRows``,
 ``nvmlDeviceGetRetiredPages*``, ``nvmlDeviceGetRetiredPagesPendingStatus`` and
-``nvmlDeviceGetSupportedEventTypes``: a :class:`MemoryHealth` (the shape of the facts'
-``memory_health``) and a mask of :class:`EventType`, rendered as the machine file's
-``value NAME N`` records (:func:`value_records`; a value not written is NOT_SUPPORTED),
-and the names of those values (:class:`GpuValue`), which faults that change them use too.
+``nvmlDeviceGetSupportedEventTypes``, rendered as the machine file's ``value NAME N``
+records (:func:`value_records`; a value not written is NOT_SUPPORTED), and the names of
+those values (:class:`GpuValue`), which faults that change them use too.
 
-What real drivers answer, which the defaults follow (nvml.h's comments, and a real H200
-with driver 580.159.04: ``tests/records/real-gpu/``, which ``tests/sim/test_sim_health.py``
-holds the simulator to; the facts' own ``memory_health`` replaces the defaults once the
-facts carry it):
+A GPU serves its facts' ``memory_health`` exactly as written, so that gfd's reader reads
+back what the facts say (``null``, and each null part, is NOT_SUPPORTED);
+:func:`check_memory_health` refuses what NVML could not report that way. A profile
+without it (every bundled one: their files predate the field) models a GPU without
+memory health; :func:`with_default_memory_health` gives each such GPU what real drivers
+answer for its brand and architecture (:func:`default_memory_health`), following nvml.h's
+comments and a real H200 with driver 580.159.04 (``tests/records/real-gpu/``, which
+``tests/sim/test_sim_health.py`` holds the defaults to):
 
 - ECC mode: only GPUs with ECC report it. Data-center boards (brands TESLA and NVIDIA) ship
   with ECC on; professional boards (QUADRO, QUADRO_RTX, NVIDIA_RTX) have ECC, off by
   default; GeForce, TITAN, NVS and unknown brands report NOT_SUPPORTED.
 - ECC counts "require ECC Mode to be enabled": with ECC on, the volatile uncorrected count
-  (0 by default; the aggregate count starts equal to it, corrected counts at 0).
-- Remapped rows: "for Ampere or newer" (with ECC on); NOT_SUPPORTED before.
+  (0 by default; the aggregate count is served equal to it, corrected counts at 0).
+- Remapped rows: "for Ampere or newer" (with ECC on); NOT_SUPPORTED before, and on a GPU
+  in MIG mode with MIG devices.
 - Retired pages: "for Kepler or newer", and in practice through Turing: from Ampere on,
   row remapping replaced dynamic page retirement, and drivers answer NOT_SUPPORTED to all
   three calls (the H200 did; ``nvidia-smi -q`` prints ``N/A`` for *Retired Pages*). NVIDIA's
-  own mock NVML answers empty lists instead; a profile that wants that gives
-  ``retired_pages`` explicitly, so a health check can be run against both.
+  own mock NVML answers empty lists instead; facts that want that give ``retired_pages``
+  explicitly, so a health check can be run against both.
 - Events: the H200 supports every type nvml.h defines (``nvmlEventTypeAll``, 65,439),
   clock events included although nvml.h calls them "Kepler only". Memory-error events
   (ECC single- and double-bit, storms, DRAM retirement, poison) are "available only on
@@ -32,12 +36,12 @@ facts carry it):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
-from dataclasses import dataclass
 from enum import IntFlag, StrEnum
 
-from gfd.facts import Gpu
+from gfd.facts import FactsError, Gpu, MemoryHealth, NodeFacts, RemappedRows, RetiredPages
 
 #: nvml.h ``nvmlDeviceArchitecture_t``.
 KEPLER = 2
@@ -107,69 +111,87 @@ MEMORY_ERROR_EVENTS = (
 )
 
 
-@dataclass(frozen=True)
-class RemappedRows:
-    """``nvmlDeviceGetRemappedRows``: rows remapped for each cause, pending, failed."""
-
-    correctable: int
-    uncorrectable: int
-    pending: bool
-    failure: bool
-
-
-@dataclass(frozen=True)
-class RetiredPages:
-    """``nvmlDeviceGetRetiredPages*`` counts by cause, and whether a retirement is pending."""
-
-    single_bit: int
-    double_bit: int
-    pending: bool
-
-
-@dataclass(frozen=True)
-class MemoryHealth:
-    """What a GPU reports of its memory; None: NVML answers NOT_SUPPORTED."""
-
-    ecc_enabled: bool | None
-    remapped_rows: RemappedRows | None
-    retired_pages: RetiredPages | None
-    volatile_uncorrected_ecc: int | None
-
-
 def _known_architecture(gpu: Gpu) -> int | None:
     if gpu.architecture is None or gpu.architecture == ARCHITECTURE_UNKNOWN:
         return None
     return gpu.architecture
 
 
-def memory_health(gpu: Gpu) -> MemoryHealth:
-    """The memory health ``gpu`` reports: what real drivers answer for its brand and
-    architecture (see the module's docstring)."""
+def default_memory_health(gpu: Gpu) -> MemoryHealth | None:
+    """What real drivers report of ``gpu``'s memory, by its brand and architecture (see the
+    module's docstring); None: nothing (NOT_SUPPORTED throughout)."""
     if gpu.brand in ECC_OFF_BRANDS:
-        return MemoryHealth(False, None, None, None)
+        return MemoryHealth(ecc_enabled=False)
     if gpu.brand not in ECC_ON_BRANDS:
-        return MemoryHealth(None, None, None, None)
+        return None
     architecture = _known_architecture(gpu)
     rows = None
     pages = None
-    if architecture is not None and architecture >= AMPERE:
+    in_mig_use = bool(gpu.mig_mode_current and gpu.mig_devices)
+    if architecture is not None and architecture >= AMPERE and not in_mig_use:
+        # nvml.h: no remapped rows on a GPU in MIG mode with MIG devices.
         rows = RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False)
     elif architecture is not None and KEPLER <= architecture <= TURING:
         pages = RetiredPages(single_bit=0, double_bit=0, pending=False)
-    return MemoryHealth(True, rows, pages, 0)
+    return MemoryHealth(
+        ecc_enabled=True, remapped_rows=rows, retired_pages=pages, volatile_uncorrected_ecc=0
+    )
 
 
-def supported_event_types(health: MemoryHealth) -> EventType:
+def with_default_memory_health(facts: NodeFacts) -> NodeFacts:
+    """``facts`` whose GPUs without ``memory_health`` report what real drivers would."""
+    gpus = tuple(
+        gpu
+        if gpu.memory_health is not None
+        else dataclasses.replace(gpu, memory_health=default_memory_health(gpu))
+        for gpu in facts.gpus
+    )
+    return dataclasses.replace(facts, gpus=gpus)
+
+
+def check_memory_health(gpu: Gpu, source: str, where: str) -> None:
+    """Refuse a ``memory_health`` that NVML could not report as written (the reader would
+    read back something else); ``where`` is the GPU's path (``gpus[0]``)."""
+    health = gpu.memory_health
+    if health is None:
+        return
+    path = f"{where}.memory_health"
+    if health == MemoryHealth():
+        raise FactsError(source, path, "every part is null: write memory_health: null")
+    if health.remapped_rows is not None and health.retired_pages is not None:
+        raise FactsError(
+            source,
+            f"{path}.retired_pages",
+            "a GPU reports remapped rows (Ampere and later) or retired pages, not both",
+        )
+    if health.volatile_uncorrected_ecc is not None and health.ecc_enabled is not True:
+        raise FactsError(
+            source,
+            f"{path}.volatile_uncorrected_ecc",
+            "NVML counts ECC errors only with ECC on (ecc_enabled: true)",
+        )
+    if health.remapped_rows is not None and gpu.mig_mode_current and gpu.mig_devices:
+        raise FactsError(
+            source,
+            f"{path}.remapped_rows",
+            "NVML does not report remapped rows on a GPU in MIG mode with MIG devices",
+        )
+
+
+def supported_event_types(health: MemoryHealth | None) -> EventType:
     """What ``nvmlDeviceGetSupportedEventTypes`` answers for a GPU of ``health``."""
-    return ALL_EVENTS if health.ecc_enabled else ALL_EVENTS & ~MEMORY_ERROR_EVENTS
+    ecc_on = health is not None and health.ecc_enabled
+    return ALL_EVENTS if ecc_on else ALL_EVENTS & ~MEMORY_ERROR_EVENTS
 
 
 def value_records(gpu: Gpu) -> list[str]:
-    """The ``value`` records of ``gpu``'s machine-file section."""
-    health = memory_health(gpu)
+    """The ``value`` records of ``gpu``'s machine-file section (its memory_health must have
+    passed :func:`check_memory_health`)."""
+    health = gpu.memory_health or MemoryHealth()
     values: dict[GpuValue, int] = {}
     if health.ecc_enabled is not None:
         values[GpuValue.ECC_CURRENT] = int(health.ecc_enabled)
+        # A pending mode other than the current one waits for a reset the facts do not know of.
         values[GpuValue.ECC_PENDING] = int(health.ecc_enabled)
     if health.volatile_uncorrected_ecc is not None:
         values[GpuValue.ECC_VOLATILE_CORRECTED] = 0
@@ -188,5 +210,5 @@ def value_records(gpu: Gpu) -> list[str]:
         values[GpuValue.RETIRED_PAGES_SINGLE_BIT] = pages.single_bit
         values[GpuValue.RETIRED_PAGES_DOUBLE_BIT] = pages.double_bit
         values[GpuValue.RETIRED_PAGES_PENDING] = int(pages.pending)
-    values[GpuValue.EVENT_TYPES] = int(supported_event_types(health))
+    values[GpuValue.EVENT_TYPES] = int(supported_event_types(gpu.memory_health))
     return [f"value {name} {value}" for name, value in values.items()]

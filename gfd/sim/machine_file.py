@@ -26,7 +26,7 @@ from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branc
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 from gfd.pci import DISPLAY_BASE_CLASS
 from gfd.sim.faults import Faults, fault_records
-from gfd.sim.gpu_health import value_records
+from gfd.sim.gpu_health import check_memory_health, value_records
 
 MAGIC = "gfdsim-config 1"
 
@@ -106,6 +106,7 @@ def check_servable(facts: NodeFacts, source: str) -> None:
         _check_vgpu(facts, facts.vgpu, source)
     for i, gpu in enumerate(facts.gpus):
         where = f"gpus[{i}]"
+        check_memory_health(gpu, source, where)
         _check_text(gpu.name, NAME_BUFFER, source, f"{where}.name")
         _check_text(gpu.uuid, UUID_BUFFER, source, f"{where}.uuid")
         if gpu.cpu_affinity is not None and len(gpu.cpu_affinity) > MAX_LINE_TEXT:

@@ -18,11 +18,13 @@ from typing import Any
 import pynvml
 import pytest
 
-from gfd.sim import configure_library
+from gfd.facts import NodeFacts
+from gfd.sim import SimulationProfile, configure_library, load_profile
 from gfd.sim.faults import CallError, CriticalXid, Faults, GpuLost
 from tests.sim import simulate_raw
 
 from .test_sim_faults import with_faults
+from .test_sim_health import realistic
 from .test_sim_nvml import nvml_fails
 
 XID = pynvml.nvmlEventTypeXidCriticalError
@@ -67,15 +69,16 @@ def xid_faults(*xids: CriticalXid) -> Faults:
 
 
 @pytest.mark.parametrize(
-    ("profile", "mask"),
+    ("facts", "mask"),
     [
-        ("dgx-a100", 0xFF9F),  # every type, as a real H200 answers
-        ("dgx1-v100", 0xFF9F),
-        ("rtx4090x8", 0xC19C),  # no ECC: no memory-error events
+        (realistic("dgx-a100"), 0xFF9F),  # every type, as a real H200 answers
+        (realistic("dgx1-v100"), 0xFF9F),
+        (realistic("rtx4090x8"), 0xC19C),  # no ECC: no memory-error events
+        (load_profile("dgx-a100").facts, 0xC19C),  # no memory health in the facts
     ],
 )
-def test_supported_event_types(nvml: ModuleType, profile: str, mask: int) -> None:
-    with simulate_raw(profile):
+def test_supported_event_types(nvml: ModuleType, facts: NodeFacts, mask: int) -> None:
+    with simulate_raw(facts):
         nvml.nvmlInit()
         assert nvml.nvmlDeviceGetSupportedEventTypes(nvml.nvmlDeviceGetHandleByIndex(0)) == mask
         nvml.nvmlShutdown()
@@ -203,7 +206,7 @@ def test_an_event_before_registration_is_not_recorded(nvml: ModuleType) -> None:
 
 def test_only_sets_recording_the_type_on_that_gpu_receive_it(nvml: ModuleType) -> None:
     faults = xid_faults(CriticalXid(gpu=2, xid=94, after_calls=3, times=3))
-    with simulate_raw(with_faults("dgx1-v100", faults)):
+    with simulate_raw(SimulationProfile(facts=realistic("dgx1-v100"), faults=faults)):
         nvml.nvmlInit()
         handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
         on_gpu_2, on_gpu_1, ecc_only = (nvml.nvmlEventSetCreate() for _ in range(3))

@@ -1,17 +1,21 @@
 """Memory health through the simulator: ECC mode and counts, remapped rows, retired pages.
 
-What each GPU answers by default follows real drivers (``gfd.sim.gpu_health``): data-center
-Ampere and later report ECC on and rows remapped, with retired pages NOT_SUPPORTED;
-Kepler to Turing report retired pages and no remapped rows; GeForce boards have no ECC. A
-machine file can carry any other values (``value NAME N``), which the calls serve as given.
-Every test goes through pynvml or ctypes against the library, as a health check would.
+A GPU serves its facts' ``memory_health`` as written (null parts NOT_SUPPORTED), so gfd's
+reader reads back what the facts say. ``with_default_memory_health`` gives GPUs without it
+what real drivers answer (``gfd.sim.gpu_health``): data-center Ampere and later report ECC
+on and rows remapped, with retired pages NOT_SUPPORTED; Kepler to Turing report retired
+pages and no remapped rows; GeForce boards have no ECC. A replayed capture of a real H200
+holds those defaults to what the real driver answered. Every test goes through pynvml or
+ctypes against the library, as a health check would.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,25 +24,22 @@ import pynvml
 import pytest
 
 from gfd.errors import GfdError
-from gfd.facts import Gpu
+from gfd.facts import FactsError, Gpu, MemoryHealth, NodeFacts, RemappedRows, RetiredPages
 from gfd.nvml.branches import EMULATED_BRANCHES, driver_branch, exported_in
-from gfd.sim import configure_library, library_path
+from gfd.sim import SimulationProfile, configure_library, library_path, load_profile
 from gfd.sim.branch_library import dynamic_exports, hidden_in, write_without_exports
 from gfd.sim.faults import Faults, GpuLost
 from gfd.sim.gpu_health import (
     MEMORY_ERROR_EVENTS,
     EventType,
     GpuValue,
-    MemoryHealth,
-    RemappedRows,
-    RetiredPages,
-    memory_health,
+    default_memory_health,
     supported_event_types,
+    with_default_memory_health,
 )
 from tests.oracles import oracle_path
 from tests.sim import simulate_raw
 
-from .test_sim_faults import with_faults
 from .test_sim_nvml import nvml_fails
 
 NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -81,6 +82,11 @@ def machine_file(lib: ctypes.CDLL, tmp_path: Path, records: str) -> Iterator[Non
         configure_library(lib, None)
 
 
+def realistic(profile: str) -> NodeFacts:
+    """A bundled profile whose GPUs report what real drivers do of their memory."""
+    return with_default_memory_health(load_profile(profile).facts)
+
+
 def ecc_counts(nvml: ModuleType, handle: object) -> dict[tuple[int, int], int]:
     return {
         (kind, counter): nvml.nvmlDeviceGetTotalEccErrors(handle, kind, counter)
@@ -96,7 +102,7 @@ def ecc_counts(nvml: ModuleType, handle: object) -> dict[tuple[int, int], int]:
 def test_data_center_gpus_from_ampere_on_remap_rows_and_retire_no_pages(
     nvml: ModuleType, profile: str
 ) -> None:
-    with simulate_raw(profile):
+    with simulate_raw(realistic(profile)):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetEccMode(handle) == [1, 1]
@@ -115,7 +121,7 @@ def test_data_center_gpus_from_ampere_on_remap_rows_and_retire_no_pages(
 def test_data_center_gpus_before_ampere_retire_pages_and_remap_no_rows(
     nvml: ModuleType, profile: str
 ) -> None:
-    with simulate_raw(profile):
+    with simulate_raw(realistic(profile)):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert nvml.nvmlDeviceGetEccMode(handle) == [1, 1]
@@ -128,8 +134,11 @@ def test_data_center_gpus_before_ampere_retire_pages_and_remap_no_rows(
         nvml.nvmlShutdown()
 
 
-def test_geforce_boards_have_no_ecc(nvml: ModuleType) -> None:
-    with simulate_raw("rtx4090x8"):
+@pytest.mark.parametrize("facts", [realistic("rtx4090x8"), load_profile("dgx-h100").facts])
+def test_geforce_boards_and_gpus_without_memory_health_report_none(
+    nvml: ModuleType, facts: NodeFacts
+) -> None:
+    with simulate_raw(facts):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         for call, args in (
@@ -163,22 +172,24 @@ def gpu(brand: int | None, architecture: int | None, **fields: object) -> Gpu:
         (2, 5, MemoryHealth(True, None, RetiredPages(0, 0, False), 0)),
         (2, 0xFFFFFFFF, MemoryHealth(True, None, None, 0)),
         (2, None, MemoryHealth(True, None, None, 0)),
-        (13, 8, MemoryHealth(False, None, None, None)),
-        (5, 8, MemoryHealth(None, None, None, None)),
-        (None, 7, MemoryHealth(None, None, None, None)),
+        (13, 8, MemoryHealth(ecc_enabled=False)),
+        (5, 8, None),
+        (None, 7, None),
     ],
 )
 def test_defaults_follow_brand_and_architecture(
-    brand: int | None, architecture: int | None, expected: MemoryHealth
+    brand: int | None, architecture: int | None, expected: MemoryHealth | None
 ) -> None:
-    assert memory_health(gpu(brand, architecture)) == expected
+    assert default_memory_health(gpu(brand, architecture)) == expected
 
 
 def test_supported_events_are_every_type_less_memory_errors_without_ecc() -> None:
-    every = supported_event_types(memory_health(gpu(14, 9)))
+    every = supported_event_types(default_memory_health(gpu(14, 9)))
     assert every == 0xFF9F  # nvmlEventTypeAll, as the real H200 answered
-    assert supported_event_types(memory_health(gpu(13, 8))) == every & ~MEMORY_ERROR_EVENTS
-    assert supported_event_types(memory_health(gpu(5, 8))) & EventType.XID_CRITICAL_ERROR
+    without_memory_errors = every & ~MEMORY_ERROR_EVENTS
+    assert supported_event_types(default_memory_health(gpu(13, 8))) == without_memory_errors
+    assert supported_event_types(None) == without_memory_errors
+    assert without_memory_errors & EventType.XID_CRITICAL_ERROR
 
 
 #: What the probe of a real GPU asked (``scripts/nvml_health_probe.py``), asked through pynvml.
@@ -220,7 +231,9 @@ def test_a_replayed_capture_answers_the_health_calls_as_the_real_gpu_did(
 ) -> None:
     probe = json.loads((capture / "probe.json").read_text())
     errors = {getattr(pynvml, name): name for name in dir(pynvml) if name.startswith("NVML_ERROR_")}
-    with simulate_raw(str(capture / "facts.yaml")):
+    # The capture predates memory health in facts: its GPU gets the defaults, which the
+    # real driver's answers then judge.
+    with simulate_raw(with_default_memory_health(load_profile(str(capture / "facts.yaml")).facts)):
         nvml.nvmlInit()
         for real in probe["gpus"]:
             handle = nvml.nvmlDeviceGetHandleByIndex(real["index"])
@@ -236,6 +249,71 @@ def test_a_replayed_capture_answers_the_health_calls_as_the_real_gpu_did(
 
 
 # --------------------------------------------------------------------------- values
+
+
+def test_the_facts_memory_health_is_served_as_written(nvml: ModuleType) -> None:
+    facts = load_profile("mixed-a100-h100").facts
+    written = (
+        MemoryHealth(True, RemappedRows(5, 2, True, False), None, 7),
+        MemoryHealth(True, None, RetiredPages(3, 1, True), None),
+        MemoryHealth(ecc_enabled=False, remapped_rows=RemappedRows(0, 1, False, True)),
+    )
+    gpus = tuple(
+        dataclasses.replace(gpu, memory_health=health)
+        for gpu, health in zip(facts.gpus, (*written, None, None, None), strict=True)
+    )
+    with simulate_raw(dataclasses.replace(facts, gpus=gpus)):
+        nvml.nvmlInit()
+        h = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(4)]
+        assert nvml.nvmlDeviceGetRemappedRows(h[0]) == (5, 2, 1, 0)
+        assert nvml.nvmlDeviceGetTotalEccErrors(h[0], UNCORRECTED, VOLATILE) == 7
+        assert len(nvml.nvmlDeviceGetRetiredPages(h[1], SINGLE_BIT)) == 3
+        assert len(nvml.nvmlDeviceGetRetiredPages(h[1], DOUBLE_BIT)) == 1
+        assert nvml.nvmlDeviceGetRetiredPagesPendingStatus(h[1]) == 1
+        with nvml_fails(NOT_SUPPORTED):  # ECC on, and the count not reported
+            nvml.nvmlDeviceGetTotalEccErrors(h[1], UNCORRECTED, VOLATILE)
+        assert nvml.nvmlDeviceGetEccMode(h[2]) == [0, 0]
+        assert nvml.nvmlDeviceGetRemappedRows(h[2]) == (0, 1, 0, 1)
+        with nvml_fails(NOT_SUPPORTED):
+            nvml.nvmlDeviceGetEccMode(h[3])
+        nvml.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    ("profile", "health", "field", "problem"),
+    [
+        ("dgx-h100", MemoryHealth(), "memory_health", "write memory_health: null"),
+        (
+            "dgx-h100",
+            MemoryHealth(True, RemappedRows(0, 0, False, False), RetiredPages(0, 0, False), 0),
+            "memory_health.retired_pages",
+            "not both",
+        ),
+        (
+            "dgx-h100",
+            MemoryHealth(ecc_enabled=False, volatile_uncorrected_ecc=0),
+            "memory_health.volatile_uncorrected_ecc",
+            "only with ECC on",
+        ),
+        (
+            "dgx-a100-mig-single",
+            MemoryHealth(True, RemappedRows(0, 0, False, False), None, 0),
+            "memory_health.remapped_rows",
+            "in MIG mode with MIG devices",
+        ),
+    ],
+)
+def test_memory_health_nvml_could_not_report_is_refused(
+    profile: str, health: MemoryHealth, field: str, problem: str
+) -> None:
+    facts = load_profile(profile).facts
+    gpus = (dataclasses.replace(facts.gpus[0], memory_health=health), *facts.gpus[1:])
+    with (
+        pytest.raises(FactsError, match=re.escape(f"<facts>: gpus[0].{field}: ")) as raised,
+        simulate_raw(dataclasses.replace(facts, gpus=gpus)),
+    ):
+        pass
+    assert problem in str(raised.value)
 
 
 def test_values_of_the_machine_file_are_served_as_given(
@@ -322,8 +400,16 @@ def test_retired_pages_two_call_protocol_and_bad_arguments(
         assert lib.nvmlShutdown() == 0
 
 
-def test_health_calls_refuse_bad_arguments_and_mig_handles(lib: ctypes.CDLL) -> None:
-    with simulate_raw("dgx-a100-mig-single"):
+#: A GPU in MIG mode that has every health value (all 0).
+MIG_GPU_RECORDS = "mig_mode 1 1\n" + "".join(f"value {value} 0\n" for value in GpuValue)
+
+
+@pytest.mark.parametrize("mig_devices", [0, 1])
+def test_health_calls_refuse_bad_arguments_and_mig_handles(
+    lib: ctypes.CDLL, tmp_path: Path, mig_devices: int
+) -> None:
+    records = MIG_GPU_RECORDS + "mig 0\nmig_instance 1 0\n" * mig_devices
+    with machine_file(lib, tmp_path, records):
         assert lib.nvmlInitWithFlags(0) == 0
         handle = ctypes.c_void_p()
         assert lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) == 0
@@ -338,15 +424,18 @@ def test_health_calls_refuse_bad_arguments_and_mig_handles(lib: ctypes.CDLL) -> 
         assert lib.nvmlDeviceGetRetiredPagesPendingStatus(handle, None) == 2
         # nvml.h: remapped rows are not reported on a GPU in MIG mode with MIG devices.
         refs = [ctypes.byref(r) for r in rows]
-        assert lib.nvmlDeviceGetRemappedRows(handle, *refs) == NOT_SUPPORTED
-        mig = ctypes.c_void_p()
-        assert lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0, ctypes.byref(mig)) == 0
-        assert lib.nvmlDeviceGetEccMode(mig, ctypes.byref(state), ctypes.byref(state)) == 3
+        assert lib.nvmlDeviceGetRemappedRows(handle, *refs) == (3 if mig_devices else 0)
+        if mig_devices:
+            mig = ctypes.c_void_p()
+            assert lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0, ctypes.byref(mig)) == 0
+            # Physical-GPU queries: NOT_SUPPORTED on a MIG device handle.
+            assert lib.nvmlDeviceGetEccMode(mig, ctypes.byref(state), ctypes.byref(state)) == 3
         assert lib.nvmlShutdown() == 0
 
 
 def test_health_calls_are_calls_on_their_gpu(nvml: ModuleType) -> None:
-    with simulate_raw(with_faults("dgx-h100", Faults(gpu_lost=(GpuLost(gpu=0, after_calls=3),)))):
+    lost = Faults(gpu_lost=(GpuLost(gpu=0, after_calls=3),))
+    with simulate_raw(SimulationProfile(facts=realistic("dgx-h100"), faults=lost)):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)  # call 1 on GPU 0
         assert nvml.nvmlDeviceGetEccMode(handle) == [1, 1]

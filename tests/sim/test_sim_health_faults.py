@@ -9,6 +9,7 @@ records and the refusals (file and field named) of each kind.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import re
 from pathlib import Path
 from types import ModuleType
@@ -18,8 +19,8 @@ import pytest
 import yaml
 
 from gfd.errors import GfdError
-from gfd.facts import FactsError
-from gfd.sim import SimulationProfile, configure_library, load_profile, profile_path
+from gfd.facts import FactsError, dump_facts
+from gfd.sim import SimulationProfile, configure_library, load_profile
 from gfd.sim.faults import (
     CallError,
     CriticalXid,
@@ -30,9 +31,10 @@ from gfd.sim.faults import (
     faults_to_dict,
     parse_faults,
 )
+from gfd.sim.gpu_health import with_default_memory_health
 from tests.sim import simulate_raw
 
-from .test_sim_faults import with_faults
+from .test_sim_health import realistic
 from .test_sim_nvml import nvml_fails
 
 UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
@@ -40,11 +42,16 @@ VOLATILE = pynvml.NVML_VOLATILE_ECC
 AGGREGATE = pynvml.NVML_AGGREGATE_ECC
 
 
+def realistic_with(profile: str, faults: Faults) -> SimulationProfile:
+    """A bundled profile with the memory health real drivers report, and ``faults``."""
+    return SimulationProfile(facts=realistic(profile), faults=faults)
+
+
 def test_rows_remapped_after_n_calls(nvml: ModuleType) -> None:
     faults = Faults(
         remapped_rows=(RowRemapping(gpu=2, after_calls=3, uncorrectable=2, pending=True),)
     )
-    with simulate_raw(with_faults("dgx-h100", faults)):
+    with simulate_raw(realistic_with("dgx-h100", faults)):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(2)  # call 1
         assert nvml.nvmlDeviceGetRemappedRows(handle) == (0, 0, 0, 0)  # call 2
@@ -63,7 +70,7 @@ def test_a_later_remapping_fails_and_keeps_what_it_does_not_name(nvml: ModuleTyp
             RowRemapping(gpu=0, after_calls=3, pending=False, failure=True),
         )
     )
-    with simulate_raw(with_faults("dgx-a100", faults)):
+    with simulate_raw(realistic_with("dgx-a100", faults)):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)
         assert [nvml.nvmlDeviceGetRemappedRows(handle) for _ in range(3)] == [
@@ -76,7 +83,7 @@ def test_a_later_remapping_fails_and_keeps_what_it_does_not_name(nvml: ModuleTyp
 
 def test_uncorrected_ecc_errors_rise_with_every_call(nvml: ModuleType) -> None:
     faults = Faults(ecc_rising=(EccRising(gpu=0, after_calls=2, per_call=5),))
-    with simulate_raw(with_faults("t4-single", faults)):
+    with simulate_raw(realistic_with("t4-single", faults)):
         nvml.nvmlInit()
         handle = nvml.nvmlDeviceGetHandleByIndex(0)  # call 1
         assert nvml.nvmlDeviceGetTotalEccErrors(handle, UNCORRECTED, VOLATILE) == 0  # call 2
@@ -137,7 +144,7 @@ def test_remapped_rows_not_supported_on_one_gpu_through_the_errors_fault(
     faults = Faults(
         errors=(CallError(call="nvmlDeviceGetRemappedRows", code=not_supported, gpu=3),)
     )
-    with simulate_raw(with_faults("dgx-a100", faults)):
+    with simulate_raw(realistic_with("dgx-a100", faults)):
         nvml.nvmlInit()
         with nvml_fails(not_supported):
             nvml.nvmlDeviceGetRemappedRows(nvml.nvmlDeviceGetHandleByIndex(3))
@@ -146,9 +153,17 @@ def test_remapped_rows_not_supported_on_one_gpu_through_the_errors_fault(
 
 
 def test_health_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> None:
+    # Every GPU of the machine in MIG mode but GPU 1, whose rows can then be remapped.
+    mig = load_profile("dgx-a100-mig-single").facts
+    whole = dataclasses.replace(
+        mig.gpus[1], mig_mode_current=False, mig_mode_pending=False, mig_devices=()
+    )
+    facts = with_default_memory_health(
+        dataclasses.replace(mig, gpus=(mig.gpus[0], whole, *mig.gpus[2:]))
+    )
     profile = tmp_path / "machine.yaml"
     profile.write_text(
-        profile_path("dgx-a100-mig-single").read_text() + "faults:\n"
+        dump_facts(facts) + "faults:\n"
         "  xid: [{gpu: 3, xid: 79, after_calls: 40}, {gpu: 0, xid: 43, after_calls: 0,"
         " times: 2, mig: 5}]\n"
         "  remapped_rows: [{gpu: 1, after_calls: 7, pending: true, failure: false,"
@@ -156,6 +171,7 @@ def test_health_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> No
         "  ecc_rising: [{gpu: 2, after_calls: 9, per_call: 4}]\n"
     )
     loaded = load_profile(str(profile))
+    assert loaded.facts == facts
     assert loaded.faults == Faults(
         xid=(CriticalXid(3, 79, 40), CriticalXid(0, 43, 0, times=2, mig=5)),
         remapped_rows=(RowRemapping(1, 7, uncorrectable=3, pending=True, failure=False),),
@@ -164,9 +180,7 @@ def test_health_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> No
     document = faults_to_dict(loaded.faults)
     assert parse_faults(document, "<dict>", loaded.facts.gpus) == loaded.faults
     again = tmp_path / "again.yaml"
-    again.write_text(
-        profile_path("dgx-a100-mig-single").read_text() + yaml.safe_dump({"faults": document})
-    )
+    again.write_text(dump_facts(facts) + yaml.safe_dump({"faults": document}))
     assert load_profile(str(again)).faults == loaded.faults
     assert fault_records(loaded.faults) == [
         "fault_event 3 40 0x8 79 1 -",
@@ -227,6 +241,12 @@ def test_health_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> No
             "GPU 0 reports no remapped rows",
         ),
         (
+            "dgx-a100-mig-single",
+            {"remapped_rows": [{"gpu": 0, "after_calls": 1, "pending": True}]},
+            "remapped_rows[0].gpu",
+            "GPU 0 reports no remapped rows",
+        ),
+        (
             "rtx4090x8",
             {"ecc_rising": [{"gpu": 0, "after_calls": 1, "per_call": 1}]},
             "ecc_rising[0].gpu",
@@ -255,7 +275,7 @@ def test_health_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> No
 def test_bad_health_faults_name_file_and_field(
     profile: str, faults: dict[str, object], field: str, problem: str
 ) -> None:
-    facts = load_profile(profile).facts
+    facts = realistic(profile)
     with pytest.raises(FactsError, match=re.escape(f"<here>: faults.{field}: ")) as raised:
         parse_faults(faults, "<here>", facts.gpus)
     assert problem in str(raised.value)

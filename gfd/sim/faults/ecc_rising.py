@@ -2,8 +2,8 @@
 
 After ``after_calls`` calls on the GPU, every further call on it adds ``per_call`` to its
 uncorrected ECC counts, volatile and aggregate alike, as ``nvmlDeviceGetTotalEccErrors``
-reports them (a count stops at 2**64 - 1). The GPU must report the count (ECC on:
-:mod:`gfd.sim.gpu_health`).
+reports them (a count stops at 2**64 - 1). The GPU must report the count (its facts'
+``memory_health.volatile_uncorrected_ecc``, which needs ECC on).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, RaiseValue
-from gfd.sim.gpu_health import MAX_COUNT64, GpuValue, memory_health
+from gfd.sim.gpu_health import MAX_COUNT64, GpuValue
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,12 @@ class RisingEccCounts(EntryKind[EccRising]):
         per_call = count(fields["per_call"], machine, f"{path}.per_call")
         if not 1 <= per_call <= MAX_COUNT64:
             machine.fail(f"{path}.per_call", f"{per_call} is not 1 to {MAX_COUNT64}")
-        health = memory_health(machine.gpus[gpu])
-        if not health.ecc_enabled or health.volatile_uncorrected_ecc is None:
+        health = machine.gpus[gpu].memory_health
+        if health is None or health.volatile_uncorrected_ecc is None:
             machine.fail(
                 f"{path}.gpu",
-                f"GPU {gpu} reports no ECC error counts (NVML answers NOT_SUPPORTED without "
-                "ECC, or with ECC off)",
+                f"GPU {gpu} reports no ECC error counts (its "
+                "memory_health.volatile_uncorrected_ecc is null: NVML answers NOT_SUPPORTED)",
             )
         return EccRising(gpu=gpu, after_calls=after_calls, per_call=per_call)
 

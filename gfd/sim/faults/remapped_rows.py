@@ -4,7 +4,7 @@ After ``after_calls`` calls on the GPU, ``nvmlDeviceGetRemappedRows`` answers th
 given, the others as before: ``correctable`` and ``uncorrectable`` (rows remapped so far
 for each cause), ``pending`` (a remapping waits for a GPU reset) and ``failure`` (a
 remapping failed: the GPU should be serviced). At least one is given. The GPU must report
-remapped rows (Ampere or later with ECC on: :mod:`gfd.sim.gpu_health`).
+remapped rows (its facts' ``memory_health.remapped_rows``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, flag, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, SetValue
-from gfd.sim.gpu_health import MAX_COUNT32, GpuValue, memory_health
+from gfd.sim.gpu_health import MAX_COUNT32, GpuValue
 
 _COUNTS = {
     "correctable": GpuValue.REMAPPED_ROWS_CORRECTABLE,
@@ -58,11 +58,12 @@ class RowRemappings(EntryKind[RowRemapping]):
         given = {name: fields[name] for name in (*_COUNTS, *_FLAGS) if fields.get(name) is not None}
         if not given:
             machine.fail(path, f"names no change (give one of: {', '.join((*_COUNTS, *_FLAGS))})")
-        if memory_health(machine.gpus[gpu]).remapped_rows is None:
+        health = machine.gpus[gpu].memory_health
+        if health is None or health.remapped_rows is None:
             machine.fail(
                 f"{path}.gpu",
-                f"GPU {gpu} reports no remapped rows (NVML answers NOT_SUPPORTED before "
-                "Ampere and without ECC)",
+                f"GPU {gpu} reports no remapped rows (its memory_health.remapped_rows is "
+                "null: NVML answers NOT_SUPPORTED)",
             )
         return RowRemapping(
             gpu=gpu,
