@@ -4,7 +4,8 @@ gfd writes facts (``gfd facts``, :func:`gfd.facts.dump_facts`) and cpulists
 (:func:`gfd.facts.cpulist_from_ids`) but reads facts only as simulator profiles
 (:func:`gfd.sim.load_profile`). The tests read both back to hold the writing to a round
 trip, through the product's own steps: the bounded file read, the document bound, the
-parse and the checked build.
+parse and the checked build. They also look up one GPU pair's PCIe level, which the
+product only ever reads as the whole list (the topology builder).
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from gfd.facts import DERIVED_KEY, NodeFacts, facts_from_dict, parse_document, read_facts_text
+from gfd.facts import (
+    DERIVED_KEY,
+    NodeFacts,
+    PciLevel,
+    facts_from_dict,
+    parse_document,
+    read_facts_text,
+)
 from gfd.facts_limits import check_document_bounds
 
 
@@ -43,3 +51,12 @@ def cpulist_to_ids(cpulist: str) -> list[int]:
         lo, _, hi = part.partition("-")
         ids.extend(range(int(lo), int(hi or lo) + 1))
     return ids
+
+
+def pci_level(facts: NodeFacts, a: int, b: int) -> PciLevel | None:
+    """Common-ancestor level of two GPU indices of ``facts`` (order does not matter)."""
+    lo, hi = min(a, b), max(a, b)
+    for pair in facts.pci_pairs:
+        if pair.a == lo and pair.b == hi:
+            return pair.level
+    return None

@@ -272,11 +272,3 @@ class NodeFacts:
     #: vGPU guest detection; None when PCI config space was unreadable (unprivileged).
     vgpu: VgpuInfo | None = None
     schema_version: int = field(default=SCHEMA_VERSION)
-
-    def pci_level(self, a: int, b: int) -> PciLevel | None:
-        """Common-ancestor level of two GPU indices (order does not matter)."""
-        lo, hi = min(a, b), max(a, b)
-        for pair in self.pci_pairs:
-            if pair.a == lo and pair.b == hi:
-                return pair.level
-        return None

@@ -21,7 +21,7 @@ from gfd.facts import (
     facts_from_dict,
 )
 from tests.factories import make_facts, make_gpu
-from tests.facts_readback import cpulist_to_ids, load_facts, load_facts_text
+from tests.facts_readback import cpulist_to_ids, load_facts, load_facts_text, pci_level
 
 RICH = make_facts(
     [
@@ -208,8 +208,8 @@ def test_empty_node_is_valid() -> None:
 
 
 def test_pci_level_lookup_is_symmetric() -> None:
-    assert RICH.pci_level(0, 1) == RICH.pci_level(1, 0) == "node"
-    assert RICH.pci_level(0, 0) is None
+    assert pci_level(RICH, 0, 1) == pci_level(RICH, 1, 0) == "node"
+    assert pci_level(RICH, 0, 0) is None
 
 
 @given(st.sets(st.integers(min_value=0, max_value=300)))

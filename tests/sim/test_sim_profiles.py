@@ -38,7 +38,7 @@ from gfd.sim.faults import (
     parse_faults,
 )
 from gfd.sim.machine_file import render_machine_file
-from tests.facts_readback import cpulist_to_ids
+from tests.facts_readback import cpulist_to_ids, pci_level
 
 from .test_sim_nvml import MIG_PROFILE
 
@@ -136,7 +136,7 @@ def test_dgx_a100_is_nv12_through_six_switches() -> None:
     affinity = [(g.numa_node, g.cpu_affinity) for g in facts.gpus]
     assert affinity[0] == (3, "48-63,176-191") and affinity[2] == (1, "16-31,144-159")
     assert affinity[4] == (7, "112-127,240-255") and affinity[6] == (5, "80-95,208-223")
-    assert facts.pci_level(0, 1) == "multiple" and facts.pci_level(1, 2) == "system"
+    assert pci_level(facts, 0, 1) == "multiple" and pci_level(facts, 1, 2) == "system"
 
 
 def test_dgx_h100_bus_ids_links_and_numa() -> None:
@@ -155,7 +155,7 @@ def test_k80_levels_are_the_published_matrix() -> None:
     facts = load_profile("k80-pcie-tree").facts
     short = {"single": "PIX", "multiple": "PXB", "hostbridge": "PHB", "system": "SYS"}
     rows = [
-        " ".join("X" if a == b else short[str(facts.pci_level(a, b))] for b in range(8))
+        " ".join("X" if a == b else short[str(pci_level(facts, a, b))] for b in range(8))
         for a in range(8)
     ]
     assert rows == [

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gfd.facts import PCI_LEVELS, Gpu, NodeFacts, PciPair, cpulist_from_ids
-from tests.facts_readback import cpulist_to_ids
+from tests.facts_readback import cpulist_to_ids, pci_level
 from tests.sim import simulate_raw
 
 # One line of text that fits NVML's 96-byte buffers (leading and trailing spaces included).
@@ -95,7 +95,7 @@ def test_served_values_equal_the_facts(nvml: ModuleType, facts: NodeFacts) -> No
                     level = served(
                         nvml, nvml.nvmlDeviceGetTopologyCommonAncestor, handles[a], handles[b]
                     )
-                    expected = facts.pci_level(a, b)
+                    expected = pci_level(facts, a, b)
                     assert level == (PCI_LEVELS[expected] if expected is not None else None)
         finally:
             nvml.nvmlShutdown()
