@@ -130,28 +130,34 @@ class TaintPlan:
     read_taints: list[Any] | None = None
     read_record: str | None = None
     had_annotations: bool = True
+    #: The Node's resourceVersion as read: guarded instead of a record a ``test`` cannot
+    #: compare reliably (:attr:`guards_version`).
+    read_version: str | None = None
     #: The taint gfd had, and the one it will have (None: none).
     before: Taint | None = None
     after: Taint | None = None
     #: A taint under gfd's key gfd did not add: gfd leaves the key alone.
     foreign: Taint | None = None
 
-    def operations(self, resource_version: str | None) -> list[dict[str, Any]]:
-        """The JSON Patch: tests of what was read, then the writes.
+    @property
+    def guards_version(self) -> bool:
+        """The record holds a value a ``test`` cannot compare reliably (:data:`_PLAIN`):
+        the write is guarded by the resourceVersion as read instead."""
+        return self.read_record is not None and not _PLAIN.fullmatch(self.read_record)
 
-        ``resource_version`` guards instead of the record when the record holds a value
-        a ``test`` cannot compare reliably (:data:`_PLAIN`)."""
+    def operations(self) -> list[dict[str, Any]]:
+        """The JSON Patch: tests of what was read, then the writes."""
         record_path = "/metadata/annotations/" + TAINT_OWNERSHIP_ANNOTATION.replace("/", "~1")
         ops: list[dict[str, Any]] = [
             {"op": "test", "path": "/spec/taints", "value": self.read_taints}
         ]
         if not self.had_annotations:
             ops.append({"op": "test", "path": "/metadata/annotations", "value": None})
-        elif self.read_record is None or _PLAIN.fullmatch(self.read_record):
+        elif not self.guards_version:
             ops.append({"op": "test", "path": record_path, "value": self.read_record})
         else:
             ops.append(
-                {"op": "test", "path": "/metadata/resourceVersion", "value": resource_version}
+                {"op": "test", "path": "/metadata/resourceVersion", "value": self.read_version}
             )
         if self.taints and self.taints != self.read_taints:
             ops.append({"op": "add", "path": "/spec/taints", "value": self.taints})
@@ -169,11 +175,12 @@ class TaintPlan:
     def still_holds(self, node: Mapping[str, Any]) -> bool:
         """Whether ``node`` (a fresh read) still has what this plan read and tested."""
         again = _read(node)
-        return (again.read_taints, again.read_record, again.had_annotations) == (
+        held = (again.read_taints, again.read_record, again.had_annotations) == (
             self.read_taints,
             self.read_record,
             self.had_annotations,
         )
+        return held and (not self.guards_version or again.read_version == self.read_version)
 
 
 def _read(node: Mapping[str, Any]) -> TaintPlan:
@@ -185,11 +192,13 @@ def _read(node: Mapping[str, Any]) -> TaintPlan:
     record = (
         annotations.get(TAINT_OWNERSHIP_ANNOTATION) if isinstance(annotations, Mapping) else None
     )
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
     return TaintPlan(
         None,
         read_taints=list(listed) if isinstance(listed, list) else None,
         read_record=record if isinstance(record, str) else None,
         had_annotations=isinstance(annotations, Mapping),
+        read_version=version if isinstance(version, str) else None,
     )
 
 
@@ -320,14 +329,12 @@ class NodeTaintWriter:
             if plan.change is None:
                 return None
             attempts += 1
-            metadata = node.get("metadata")
-            version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
             response = self._client.request(
                 "PATCH",
                 self._path,
                 stop=self._stop,
                 deadline=deadline,
-                body=plan.operations(version if isinstance(version, str) else None),
+                body=plan.operations(),
                 content_type=JSON_PATCH,
                 accept_statuses=(409, 422),
             )
@@ -348,8 +355,8 @@ class NodeTaintWriter:
                     "PATCH",
                     self._path,
                     response.status,
-                    f"{status_message(response.body)} (the taints and gfd's record still "
-                    "hold as tested, so the change itself was refused)",
+                    f"{status_message(response.body)} (what the patch tested still holds "
+                    "on the node, so the change itself was refused)",
                 )
             log.info(
                 "node_taint_conflict",

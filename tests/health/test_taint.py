@@ -95,7 +95,7 @@ def test_adding_appends_to_the_taints_as_read_and_tests_them() -> None:
     plan = plan_taint(node, wanted_taint(LOST, "NoSchedule"))
     assert plan.change == "added"
     assert plan.taints == [*FOREIGN, gfd_taint()]
-    assert plan.operations("7") == [
+    assert plan.operations() == [
         {"op": "test", "path": "/spec/taints", "value": FOREIGN},
         {"op": "test", "path": "/metadata/annotations/nvidia.com~1gfd.taints", "value": None},
         {"op": "add", "path": "/spec/taints", "value": [*FOREIGN, gfd_taint()]},
@@ -105,7 +105,7 @@ def test_adding_appends_to_the_taints_as_read_and_tests_them() -> None:
 
 def test_a_node_without_taints_or_annotations_gets_both_whole() -> None:
     plan = plan_taint(node_with(None), wanted_taint(LOST, "NoSchedule"))
-    assert plan.operations(None) == [
+    assert plan.operations() == [
         # A null test matches an absent member (kube-apiserver's JSON Patch library).
         {"op": "test", "path": "/spec/taints", "value": None},
         {"op": "test", "path": "/metadata/annotations", "value": None},
@@ -133,12 +133,12 @@ def test_recovery_removes_gfds_entry_and_its_record_only() -> None:
     node = node_with([*FOREIGN, gfd_taint()], {TAINT_OWNERSHIP_ANNOTATION: RECORD})
     plan = plan_taint(node, None)
     assert (plan.change, plan.taints, plan.record) == ("removed", FOREIGN, None)
-    assert plan.operations("7")[-1] == {
+    assert plan.operations()[-1] == {
         "op": "remove",
         "path": "/metadata/annotations/nvidia.com~1gfd.taints",
     }
     alone = plan_taint(node_with([gfd_taint()], {TAINT_OWNERSHIP_ANNOTATION: RECORD}), None)
-    assert {"op": "remove", "path": "/spec/taints"} in alone.operations("7")
+    assert {"op": "remove", "path": "/spec/taints"} in alone.operations()
 
 
 def test_nothing_to_do_when_the_node_matches() -> None:
@@ -165,14 +165,19 @@ def test_a_record_whose_taint_is_gone_is_dropped() -> None:
     plan = plan_taint(node_with(FOREIGN, {TAINT_OWNERSHIP_ANNOTATION: RECORD}), None)
     assert plan.change == "disowned"
     # The taints are not rewritten: only the record goes.
-    assert [op["op"] for op in plan.operations("7")] == ["test", "test", "remove"]
+    assert [op["op"] for op in plan.operations()] == ["test", "test", "remove"]
 
 
 def test_an_odd_record_is_guarded_by_the_resource_version() -> None:
     # A value a test cannot compare byte for byte with the server's encoding.
     node = node_with(None, {TAINT_OWNERSHIP_ANNOTATION: "<edited>"})
     plan = plan_taint(node, wanted_taint(LOST, "NoSchedule"))
-    assert {"op": "test", "path": "/metadata/resourceVersion", "value": "7"} in plan.operations("7")
+    assert {"op": "test", "path": "/metadata/resourceVersion", "value": "7"} in plan.operations()
+    # A 422 then is a refusal only if the node has not changed at all since the read.
+    assert plan.still_holds(node)
+    newer = copy.deepcopy(node)
+    newer["metadata"]["resourceVersion"] = "8"
+    assert not plan.still_holds(newer)
 
 
 # ---------------------------------------------------------------- the writer, against the API
