@@ -88,11 +88,6 @@ class KubeClient:
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
 
-    @property
-    def host(self) -> str:
-        """The API server URL requests go to."""
-        return str(self._api.configuration.host)
-
     def deadline(self) -> float:
         """The clock value by which an operation started now must give up."""
         return self.clock() + self.retry_policy.deadline
