@@ -46,6 +46,11 @@ class GpuStatic:
     remotes: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
     #: MIG devices by (slot, UUID): a MIG device keeps its facts while it exists.
     migs: dict[tuple[int, str], MigDevice] = field(default_factory=dict)
+    #: The current ECC mode (None: NOT_SUPPORTED), and whether the GPU answers remapped
+    #: rows and retired pages (None: not asked yet); see gfd.nvml.memory_health.
+    ecc_enabled: Any = UNREAD
+    remapped_rows_supported: bool | None = None
+    retired_pages_supported: bool | None = None
 
 
 @dataclass

@@ -5,7 +5,8 @@ UUID), reads what cannot change while it keeps that UUID once per session (PCI i
 and class, memory, compute capability, architecture, brand, NUMA nodes, CPU affinity:
 :func:`read_gpu_static`), and composes the reads that can change from cycle to cycle:
 MIG mode and devices (:mod:`gfd.nvml.mig`), NVLinks (:mod:`gfd.nvml.nvlink`) and fabric
-(:mod:`gfd.nvml.fabric`). A further per-device fact is one more read composed here.
+(:mod:`gfd.nvml.fabric`), memory health (:mod:`gfd.nvml.memory_health`). A further
+per-device fact is one more read composed here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.nvml.cache import GpuStatic, ReadCache
 from gfd.nvml.calls import NvmlCaller, text
 from gfd.nvml.fabric import read_fabric
+from gfd.nvml.memory_health import read_memory_health
 from gfd.nvml.mig import mig_devices_if_enabled
 from gfd.nvml.nvlink import read_nvlink_version, read_nvlinks
 from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
@@ -62,6 +64,7 @@ def read_gpu(nv: NvmlCaller, index: int, handle: Any, sysfs_root: Path, cache: R
         nvlink_version=nvlink_version,
         nvlinks=links,
         fabric=read_fabric(nv, handle),
+        memory_health=read_memory_health(nv, handle, static),
     )
 
 

@@ -134,6 +134,37 @@ NVML_CALLS: tuple[NvmlCall, ...] = (
         "nvmlDeviceGetGpuFabricInfo (v1 struct, no health mask; branches 525 and 535)",
     ),
     NvmlCall("nvmlDeviceGetGpuFabricInfo", "optional", "gpus[].fabric where ...InfoV is missing"),
+    NvmlCall(
+        "nvmlDeviceGetEccMode",
+        "optional",
+        "gpus[].memory_health.ecc_enabled (asked once per session: it changes only with a reset)",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetTotalEccErrors",
+        "optional",
+        "gpus[].memory_health.volatile_uncorrected_ecc (asked with ECC on)",
+    ),
+    NvmlCall("nvmlDeviceGetRemappedRows", "optional", "gpus[].memory_health.remapped_rows"),
+    NvmlCall(
+        "nvmlDeviceGetRetiredPagesPendingStatus",
+        "optional",
+        "gpus[].memory_health.retired_pages.pending (asked where remapped rows are not supported)",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetRetiredPages",
+        "optional",
+        "gpus[].memory_health.retired_pages.single_bit, double_bit (one call per cause)",
+    ),
+    # The Xid watcher's calls (gfd.nvml.xid_events, on its own thread and NVML reference):
+    # a failure makes the xid check unable to decide, never fails a read.
+    NvmlCall("nvmlEventSetCreate", "optional", "critical Xid events: the watcher's event set"),
+    NvmlCall(
+        "nvmlDeviceRegisterEvents",
+        "optional",
+        "critical Xid events of one GPU (a GPU that cannot be registered is not watched)",
+    ),
+    NvmlCall("nvmlEventSetWait_v2", "optional", "critical Xid events, waited for 500 ms at a time"),
+    NvmlCall("nvmlEventSetFree", "optional", "the watcher's event set, freed when it closes"),
 )
 
 
