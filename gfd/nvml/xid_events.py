@@ -118,7 +118,8 @@ class XidWatcher:
 
     ``library_path`` is the reader's (:data:`LibraryPath`); ``clock`` stamps events
     (wall-clock seconds); ``on_event`` hears of each event on the watcher's thread as it
-    arrives (it must be quick and must not raise; it may be changed at any time).
+    arrives (it must be quick and must not raise; it may be changed at any time);
+    ``max_pending`` events wait for a drain at most, the oldest dropped beyond it.
     :meth:`start` raises :class:`gfd.errors.NvmlError` when NVML cannot be initialised
     or no event set can be made; a GPU that cannot be registered does not stop it (see
     :attr:`unwatched`).
@@ -131,9 +132,13 @@ class XidWatcher:
         wait_ms: int = DEFAULT_WAIT_MS,
         clock: Callable[[], float] = time.time,
         on_event: Callable[[XidEvent], None] | None = None,
+        max_pending: int = MAX_PENDING_EVENTS,
     ) -> None:
         if wait_ms < 1:
             raise ValueError(f"wait_ms must be at least 1, not {wait_ms}")
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, not {max_pending}")
+        self.max_pending = max_pending
         self.library_path = library_path
         self.wait_ms = wait_ms
         self.clock = clock
@@ -141,7 +146,7 @@ class XidWatcher:
         self.start_error: str | None = "not started"
         self.unwatched: tuple[UnwatchedGpu, ...] = ()
         self.wait_error: str | None = None
-        #: Events dropped because more than MAX_PENDING_EVENTS waited for a drain.
+        #: Events dropped because more than ``max_pending`` waited for a drain.
         self.dropped = 0
         self._watched: dict[int, XidGpu] = {}
         self._pending: list[XidEvent] = []
@@ -268,7 +273,7 @@ class XidWatcher:
             gpu_instance=None if instance == NO_INSTANCE else instance,
         )
         with self._pending_lock:
-            if len(self._pending) >= MAX_PENDING_EVENTS:
+            if len(self._pending) >= self.max_pending:
                 del self._pending[0]
                 self.dropped += 1
             self._pending.append(event)
