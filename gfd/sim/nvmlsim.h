@@ -75,9 +75,10 @@
 #define SIM_MAX_MIG_DEVICES 16
 /* The longest injected delay: an hour is a hung driver already. */
 #define SIM_MAX_DELAY_MS 3600000u
-/* Event sets open at once, and events queued on one set: more are dropped, as from a full
- * driver queue. One fault_event record posts at most a queue's worth. */
-#define SIM_MAX_EVENT_SETS 32
+/* Event sets open at once (a real driver held at least 65), and events queued on one set:
+ * more are dropped, as from a full driver queue. One fault_event record posts at most a
+ * queue's worth. */
+#define SIM_MAX_EVENT_SETS 128
 #define SIM_EVENT_QUEUE 64
 #define SIM_MAX_EVENTS SIM_EVENT_QUEUE
 #define BUS_ID_MAX NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE

@@ -10,7 +10,8 @@
  * it waits: another thread's calls go on, and the call that posts an event wakes it.
  * A wait returns, in this order: a queued event (oldest first); GPU_IS_LOST while a GPU
  * the set records is lost or has vanished; TIMEOUT when the time is up. A wait whose set
- * is freed meanwhile returns INVALID_ARGUMENT, one whose NVML is shut down UNINITIALIZED.
+ * is freed meanwhile runs out its time (as on a real driver), one whose NVML is shut down
+ * returns UNINITIALIZED.
  *
  * Sets are slots of a fixed table (SIM_MAX_EVENT_SETS, each queueing SIM_EVENT_QUEUE
  * events; more are dropped, as from a full driver queue), handed out as handles, so a
@@ -36,7 +37,7 @@ typedef struct {
 
 struct nvmlEventSet_st {
     int in_use;
-    unsigned generation; /* bumped when freed: a waiter notices its set is gone */
+    unsigned generation; /* bumped when freed: a waiter no longer takes its events */
     unsigned long long recorded[SIM_MAX_GPUS]; /* event types recorded, per GPU */
     queued_event queue[SIM_EVENT_QUEUE];
     unsigned head, count;
@@ -143,7 +144,6 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     }
     free_set(set);
-    sim_wake_event_waiters();
     RETURN(NVML_SUCCESS);
 }
 
@@ -171,17 +171,19 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
     if (rc != NVML_SUCCESS) {
         RETURN(rc);
     }
-    if (!valid_set(set) || eventTypes == 0 ||
-        !sim_value_fits(SIM_VALUE_EVENT_TYPES, eventTypes)) {
+    if (!valid_set(set)) {
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     }
+    /* As a real driver answered (H200, 580.159.04): no type at all succeeds and records
+     * nothing, an unknown bit among the low 32 is ignored, one above them (1 << 40) is
+     * NOT_SUPPORTED, as is a known type the GPU lacks (nvml.h: none is registered then). */
+    unsigned long long known = eventTypes & (unsigned long long)nvmlEventTypeAll;
     unsigned long long supported;
     sim_value(gpu, SIM_VALUE_EVENT_TYPES, &supported);
-    if ((eventTypes & ~supported) != 0) {
-        /* nvml.h: none of the requested types is registered then; the set stays usable. */
+    if ((eventTypes >> 32) != 0 || (known & ~supported) != 0) {
         RETURN(NVML_ERROR_NOT_SUPPORTED);
     }
-    set->recorded[gpu->handle.gpu] |= eventTypes;
+    set->recorded[gpu->handle.gpu] |= known;
     RETURN(NVML_SUCCESS);
 }
 
@@ -217,13 +219,16 @@ static nvmlReturn_t next_event(nvmlEventSet_t set, queued_event *event, unsigned
     struct timespec deadline = deadline_after(timeoutms);
     int timed_out = 0;
     for (;;) {
-        if (set->count > 0) {
+        /* A set freed while it waits receives nothing more; the wait runs out its time, as
+         * on a real driver. */
+        int current = set->in_use && set->generation == generation;
+        if (current && set->count > 0) {
             *event = set->queue[set->head];
             set->head = (set->head + 1) % SIM_EVENT_QUEUE;
             set->count--;
             return NVML_SUCCESS;
         }
-        if (records_gone_gpu(set)) {
+        if (current && records_gone_gpu(set)) {
             return NVML_ERROR_GPU_IS_LOST;
         }
         if (timed_out) {
@@ -232,9 +237,6 @@ static nvmlReturn_t next_event(nvmlEventSet_t set, queued_event *event, unsigned
         timed_out = pthread_cond_timedwait(arrived(), &g_lock, &deadline) == ETIMEDOUT;
         if (g_init_count == 0 || g_machine == NULL) {
             return NVML_ERROR_UNINITIALIZED;
-        }
-        if (!set->in_use || set->generation != generation) {
-            return NVML_ERROR_INVALID_ARGUMENT;
         }
     }
 }
