@@ -38,7 +38,7 @@ from gfd.sim.gpu_health import (
     with_default_memory_health,
 )
 from tests.oracles import oracle_path
-from tests.sim import simulate_raw
+from tests.sim import read_simulated, simulate_raw
 
 from .test_sim_nvml import nvml_fails
 
@@ -277,6 +277,42 @@ def test_the_facts_memory_health_is_served_as_written(nvml: ModuleType) -> None:
         with nvml_fails(NOT_SUPPORTED):
             nvml.nvmlDeviceGetEccMode(h[3])
         nvml.nvmlShutdown()
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        realistic(profile)
+        for profile in (
+            "dgx-h100",
+            "t4-single",
+            "rtx4090x8",
+            "dgx-a100-mig-single",
+            "k80-pcie-tree",
+        )
+    ],
+    ids=lambda facts: facts.gpus[0].name,
+)
+def test_memory_health_round_trips_through_the_reader(facts: NodeFacts) -> None:
+    assert read_simulated(facts) == facts
+
+
+def test_written_memory_health_round_trips_through_the_reader() -> None:
+    facts = load_profile("mixed-a100-h100").facts
+    written = (
+        MemoryHealth(True, RemappedRows(5, 2, True, False), None, 7),
+        MemoryHealth(True, None, RetiredPages(3, 1, True), None),
+        MemoryHealth(ecc_enabled=False, remapped_rows=RemappedRows(0, 1, False, True)),
+        MemoryHealth(ecc_enabled=True),
+        None,
+        MemoryHealth(True, RemappedRows(2**32 - 1, 0, False, False), None, 2**64 - 1),
+    )
+    gpus = tuple(
+        dataclasses.replace(gpu, memory_health=health)
+        for gpu, health in zip(facts.gpus, written, strict=True)
+    )
+    facts = dataclasses.replace(facts, gpus=gpus)
+    assert read_simulated(facts) == facts
 
 
 @pytest.mark.parametrize(
