@@ -45,9 +45,9 @@
  * (tests/sim/test_sim_exports.py checks it against these sources).
  *
  * Every exported call is serialised by one mutex, so threads see NVML-like
- * consistency; only an event wait gives it up while it blocks. Handles are pointers into this library's tables, compared by
- * address before use, so a stale or foreign handle yields INVALID_ARGUMENT
- * rather than a crash.
+ * consistency; only an event wait gives it up while it blocks. Handles are pointers
+ * into this library's tables, compared by address before use, so a stale or foreign
+ * handle yields INVALID_ARGUMENT rather than a crash.
  *
  * Every .c file of the library includes this header first (it sets the POSIX
  * level the system headers are read with).
@@ -191,7 +191,7 @@ typedef struct {
     int has_fabric_health;
     unsigned fabric_health;
     unsigned long long values[SIM_VALUE_COUNT];
-    unsigned char has_value[SIM_VALUE_COUNT]; /* 0: NOT_SUPPORTED until a fault_set */
+    unsigned char has_value[SIM_VALUE_COUNT]; /* 0: NOT_SUPPORTED (until a fault_set) */
     /* runtime state */
     unsigned long long calls;
     long long lost_after; /* -1: never */

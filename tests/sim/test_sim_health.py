@@ -481,6 +481,12 @@ def test_health_calls_are_calls_on_their_gpu(nvml: ModuleType) -> None:
         nvml.nvmlShutdown()
 
 
+def test_python_and_c_name_the_same_gpu_values() -> None:
+    engine = (Path(library_path()).parent / "sim_faults.c").read_text()
+    named_in_c = set(re.findall(r'\[SIM_VALUE_\w+\] = \{"(\w+)"', engine))
+    assert named_in_c == {value.value for value in GpuValue}
+
+
 @pytest.mark.parametrize(
     ("records", "problem"),
     [

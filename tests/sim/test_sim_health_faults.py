@@ -31,10 +31,12 @@ from gfd.sim.faults import (
     faults_to_dict,
     parse_faults,
 )
+from gfd.sim.faults.primitives import MAX_EVENTS
 from gfd.sim.gpu_health import with_default_memory_health
 from tests.sim import simulate_raw
 
 from .test_sim_health import realistic
+from .test_sim_limits import HEADER, header_define
 from .test_sim_nvml import nvml_fails
 
 UNCORRECTED = pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
@@ -279,6 +281,11 @@ def test_bad_health_faults_name_file_and_field(
     with pytest.raises(FactsError, match=re.escape(f"<here>: faults.{field}: ")) as raised:
         parse_faults(faults, "<here>", facts.gpus)
     assert problem in str(raised.value)
+
+
+def test_the_events_one_fault_posts_are_bounded_alike_in_python_and_c() -> None:
+    assert header_define("SIM_EVENT_QUEUE") == MAX_EVENTS
+    assert "#define SIM_MAX_EVENTS SIM_EVENT_QUEUE\n" in HEADER.read_text()
 
 
 def test_health_faults_built_in_code_are_checked() -> None:
