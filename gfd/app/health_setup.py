@@ -3,7 +3,10 @@
 Which checks run, and with what, follows from the settings and the sinks: the checks that
 read the Node need the node sink (and the device-plugin check reads the DRA driver's
 ResourceSlices through its client), and the ``GPUHealthy`` condition and the health taint
-are written through the node sink's client.
+are written through the node sink's client. The ``xid`` check's events come from one
+:class:`~gfd.nvml.xid_events.XidWatcher` per run, started when a periodic run enables
+the check (a one-shot run ends before any Xid could arrive), kept across reloads that
+keep the check, and closed by a reload that drops it and when the run ends.
 """
 
 from __future__ import annotations
@@ -14,22 +17,27 @@ from typing import TYPE_CHECKING, Any, cast
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
+from gfd.config.values import XID_CHECK
+from gfd.errors import GfdError, NvmlNotReady
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter
+    from gfd.nvml.xid_events import XidWatcher
     from gfd.sinks.node import NodeSink
 
 
 class HealthSetup:
     """The GPU health checks of the running configuration.
 
-    What the checks remember (NVLinks seen up, a grace period running, the state
-    reported) outlives a reload: each configuration's reporter starts from the last.
+    What the checks remember (NVLinks seen up, a grace period running, Xids held, the
+    state reported) outlives a reload: each configuration's reporter starts from the
+    last. :meth:`close` stops the Xid watcher; the run calls it when it ends.
     """
 
     def __init__(self, stop: threading.Event) -> None:
         self._stop = stop
         self._last: HealthReporter | None = None
+        self._xid_watcher: XidWatcher | None = None
 
     def reporter(
         self, settings: Settings, built: SinkSet, read: NodeReader, log: Any, telemetry: Any
@@ -37,8 +45,9 @@ class HealthSetup:
         """The reporter for ``settings``, or None when no check is asked for."""
         if not settings.health_checks:
             self._last = None
+            self.close()
             return None
-        from gfd.health import API_CHECKS, HealthMonitor, HealthReporter
+        from gfd.health import API_CHECKS, EventRules, HealthMonitor, HealthReporter
 
         # Found by name: importing NodeSink to test the class would load the Kubernetes
         # client for runs that have no Kubernetes sink.
@@ -67,6 +76,12 @@ class HealthSetup:
             previous=previous.monitor if previous is not None else None,
             resource_slices=slices,
             resource_slice_interval=settings.health_resource_slice_interval,
+            events=EventRules(
+                xid_events=self._xid_events(settings, checks, read, log, telemetry),
+                ignored_xids=frozenset(settings.health_ignored_xids),
+                fatal_xids=frozenset(settings.health_fatal_xids),
+                hold=settings.health_event_hold,
+            ),
         )
         read_node = writer = None
         if node_sink is not None:
@@ -98,3 +113,39 @@ class HealthSetup:
             previous=previous,
         )
         return self._last
+
+    def close(self) -> None:
+        """Stop the Xid watcher, if one runs (within its wait length, half a second)."""
+        watcher, self._xid_watcher = self._xid_watcher, None
+        if watcher is not None:
+            watcher.close()
+
+    def _xid_events(
+        self,
+        settings: Settings,
+        checks: tuple[str, ...],
+        read: NodeReader,
+        log: Any,
+        telemetry: Any,
+    ) -> XidWatcher | None:
+        """The run's Xid watcher, started on first use; None where the xid check does not
+        run or the run is one-shot (the check then says it cannot decide)."""
+        if XID_CHECK not in checks or settings.oneshot:
+            self.close()
+            return None
+        watcher = self._xid_watcher
+        if watcher is None:
+            from gfd.nvml.xid_events import XidWatcher
+
+            watcher = self._xid_watcher = XidWatcher(library_path=read.library_path)
+            try:
+                watcher.start()
+            except NvmlNotReady as exc:
+                # No driver yet: the read says so; the watcher tries again at each drain.
+                log.info("Xid watcher not started", reason=str(exc))
+            except GfdError as exc:
+                # Tried again at each cycle's drain; meanwhile the check cannot decide.
+                log.warning("Xid watcher not started", reason=str(exc))
+        # The metrics may have been switched on or off by this reload.
+        watcher.on_event = telemetry.xid_error if telemetry is not None else None
+        return watcher

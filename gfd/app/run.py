@@ -170,6 +170,7 @@ def run_agent(
                 return _run_once(agent, log)
             return _run_periodically(explicit, env, settings, agent, assembly)
     finally:
+        health.close()
         for reader in opened:
             reader.close()
         restore_signal_handlers(previous)

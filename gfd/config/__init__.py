@@ -38,6 +38,8 @@ from gfd.config.options import (
     convert,
 )
 from gfd.config.values import (
+    DEFAULT_IGNORED_XIDS,
+    HEALTH_CHECKS,
     MAX_DURATION_SECONDS,
     format_duration,
     parse_bool,
@@ -108,7 +110,7 @@ class Settings:
     metrics_address: str = ""
     simulate: str | None = None
     #: The GPU health checks to run (:data:`gfd.config.values.HEALTH_CHECKS`); empty: none.
-    health_checks: tuple[str, ...] = ("gpu-lost", "device-plugin", "nvlink")
+    health_checks: tuple[str, ...] = HEALTH_CHECKS
     health_condition: bool = True
     health_label: bool = False
     #: Seconds a device plugin problem must last before it is reported; None: none.
@@ -119,6 +121,12 @@ class Settings:
     #: On a node without the device plugin's resources, the cycles between two reads of
     #: the DRA driver's ResourceSlices (gfd.health.checks.device_plugin).
     health_resource_slice_interval: int = 5
+    #: The xid check's Xids (gfd.health.checks.xid): those that mark a GPU unhealthy when
+    #: given (the ignored ones are then not consulted), else every Xid not ignored.
+    health_ignored_xids: tuple[int, ...] = DEFAULT_IGNORED_XIDS
+    health_fatal_xids: tuple[int, ...] = ()
+    #: Seconds a fatal Xid or an ECC rise holds its GPU unhealthy; None: the process's life.
+    health_event_hold: float | None = None
     sharing: Sharing | None = None
 
 

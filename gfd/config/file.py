@@ -67,6 +67,9 @@ _CONFIG_TREE: dict[str, Any] = {
             "healthTaint": None,
             "healthTaintEffect": None,
             "healthResourceSliceInterval": None,
+            "healthIgnoredXids": None,
+            "healthFatalXids": None,
+            "healthEventHold": None,
         },
         # Device-plugin flags that share the reference's config file; accepted and ignored.
         "plugin": "*",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.config.values import parse_bool, parse_checks, parse_duration
+from gfd.config.values import parse_bool, parse_checks, parse_duration, parse_xids
 from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -33,7 +33,7 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice | checks | count
+    kind: str  # bool | str | duration | optional-duration | choice | checks | count | xids
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -165,7 +165,7 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "gfd", "healthChecks"),
         "checks",
         "GPU health checks to run each cycle: a comma-separated list of gpu-lost, "
-        "device-plugin, nvlink (none: no checks)",
+        "device-plugin, nvlink, xid, memory (none: no checks)",
         metavar="LIST",
     ),
     Option(
@@ -221,6 +221,36 @@ OPTIONS: tuple[Option, ...] = (
         "on a node without the device plugin's resources: read the ResourceSlices of "
         "NVIDIA's DRA driver every this many cycles, and when the node's allocatable changes",
         metavar="CYCLES",
+    ),
+    Option(
+        "health_ignored_xids",
+        "--health-ignored-xids",
+        ("GFD_HEALTH_IGNORED_XIDS",),
+        ("flags", "gfd", "healthIgnoredXids"),
+        "xids",
+        "critical Xids the xid check ignores, as an application's fault rather than the "
+        "GPU's (default: 13,31,43,45,68,109, as NVIDIA's device plugin; none: ignore none)",
+        metavar="LIST",
+    ),
+    Option(
+        "health_fatal_xids",
+        "--health-fatal-xids",
+        ("GFD_HEALTH_FATAL_XIDS",),
+        ("flags", "gfd", "healthFatalXids"),
+        "xids",
+        "only these critical Xids mark a GPU unhealthy, whatever --health-ignored-xids says "
+        "(default: every Xid not ignored)",
+        metavar="LIST",
+    ),
+    Option(
+        "health_event_hold",
+        "--health-event-hold",
+        ("GFD_HEALTH_EVENT_HOLD",),
+        ("flags", "gfd", "healthEventHold"),
+        "optional-duration",
+        "how long a fatal Xid or a rise of uncorrectable ECC errors keeps its GPU unhealthy "
+        "after the last one (0 or infinite: until gfd restarts)",
+        metavar="DURATION",
     ),
     Option(
         "kubeconfig",
@@ -305,6 +335,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         return seconds
     if option.kind == "count":
         return _count(raw, where, from_text=from_text)
+    if option.kind == "xids":
+        return parse_xids(raw, where)
     if option.kind == "checks" and isinstance(raw, list):
         if not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")

@@ -123,9 +123,44 @@ def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float |
 GPU_LOST_CHECK = "gpu-lost"
 DEVICE_PLUGIN_CHECK = "device-plugin"
 NVLINK_CHECK = "nvlink"
+XID_CHECK = "xid"
+MEMORY_CHECK = "memory"
 #: Every health check, in the order their problems are reported (the registry's order,
 #: :data:`gfd.health.registry.REGISTRY`).
-HEALTH_CHECKS = (GPU_LOST_CHECK, DEVICE_PLUGIN_CHECK, NVLINK_CHECK)
+HEALTH_CHECKS = (GPU_LOST_CHECK, DEVICE_PLUGIN_CHECK, NVLINK_CHECK, XID_CHECK, MEMORY_CHECK)
+
+#: The Xids NVIDIA's device plugin (v0.20.0) treats as an application's fault, not the
+#: GPU's: 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped
+#: processing, 45 preemptive cleanup, 68 video processor exception, 109 context switch
+#: timeout. Every other critical Xid marks the GPU unhealthy, there and here by default.
+DEFAULT_IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
+#: The largest Xid a list may name: NVIDIA's catalogue numbers them in the hundreds, and
+#: a value past 16 bits is a typo, not an Xid.
+MAX_XID = 65535
+
+
+def parse_xids(value: Any, where: str) -> tuple[int, ...]:
+    """A list of Xids: comma-separated text, or (in the config file) a list of integers;
+    ``none`` or an empty list: none. Sorted, each once."""
+    if isinstance(value, list):
+        items: list[Any] = value
+    elif isinstance(value, str):
+        items = [part.strip() for part in value.split(",") if part.strip()]
+        if items == ["none"]:
+            items = []
+    else:
+        raise ConfigError(f"{where}: expected a list of Xids like '13,31,43', got {echo(value)}")
+    xids = set()
+    for item in items:
+        if isinstance(item, str) and item.isascii() and item.isdigit():
+            item = int(item)
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= MAX_XID:
+            raise ConfigError(
+                f"{where}: {echo(item)} is not an Xid (a whole number from 1 to {MAX_XID}; "
+                "none: no Xids)"
+            )
+        xids.add(item)
+    return tuple(sorted(xids))
 
 
 def parse_checks(value: str, where: str) -> tuple[str, ...]:

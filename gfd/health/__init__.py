@@ -10,7 +10,8 @@ reads anyway). The package, one concern a module:
 - :mod:`~gfd.health.checks`: one module per check — ``gpu-lost``
   (:mod:`~gfd.health.checks.gpu_lost`), ``device-plugin``
   (:mod:`~gfd.health.checks.device_plugin`), ``nvlink``
-  (:mod:`~gfd.health.checks.nvlink`);
+  (:mod:`~gfd.health.checks.nvlink`), ``xid`` (:mod:`~gfd.health.checks.xid`), ``memory``
+  (:mod:`~gfd.health.checks.memory`);
 - :mod:`~gfd.health.registry`: the one mapping from a check's name to its class;
 - :mod:`~gfd.health.monitor`: :class:`HealthMonitor`, which runs the enabled checks and
   keeps what they remember across cycles and reloads;
@@ -27,8 +28,11 @@ from __future__ import annotations
 
 from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
 from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
+from gfd.config.values import MEMORY_CHECK as MEMORY
 from gfd.config.values import NVLINK_CHECK as NVLINK
+from gfd.config.values import XID_CHECK as XID
 from gfd.health.check import (
+    CANNOT_DECIDE,
     DEFAULT_GRACE_PERIOD,
     FAILING,
     OK,
@@ -36,6 +40,7 @@ from gfd.health.check import (
     UNKNOWN,
     Check,
     CheckResult,
+    EventRules,
     Problem,
     Verdict,
 )
@@ -45,7 +50,13 @@ from gfd.health.checks.device_plugin import (
     expected_resources,
 )
 from gfd.health.checks.gpu_lost import REASON_GPU_LOST, PciScanner
+from gfd.health.checks.memory import (
+    REASON_MEMORY_FAILURE,
+    REASON_RESET_REQUIRED,
+    REASON_UNCORRECTABLE_ECC,
+)
 from gfd.health.checks.nvlink import REASON_NVLINK
+from gfd.health.checks.xid import REASON_XID
 from gfd.health.condition import (
     CONDITION_TYPE,
     EVENT_NAMESPACE,
@@ -64,6 +75,7 @@ from gfd.health.reporter import HealthReporter
 
 __all__ = [
     "API_CHECKS",
+    "CANNOT_DECIDE",
     "CONDITION_TYPE",
     "DEFAULT_GRACE_PERIOD",
     "DEVICE_PLUGIN",
@@ -71,6 +83,7 @@ __all__ = [
     "FAILING",
     "GPU_LOST",
     "HEALTH_LABEL",
+    "MEMORY",
     "NVLINK",
     "OK",
     "PENDING",
@@ -78,12 +91,18 @@ __all__ = [
     "REASON_ALLOCATABLE",
     "REASON_GPU_LOST",
     "REASON_HEALTHY",
+    "REASON_MEMORY_FAILURE",
     "REASON_NVLINK",
     "REASON_PLUGIN_MISSING",
+    "REASON_RESET_REQUIRED",
+    "REASON_UNCORRECTABLE_ECC",
+    "REASON_XID",
     "REGISTRY",
     "UNKNOWN",
+    "XID",
     "Check",
     "CheckResult",
+    "EventRules",
     "HealthMonitor",
     "HealthReporter",
     "HealthState",

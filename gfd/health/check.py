@@ -5,8 +5,8 @@ checks under :mod:`gfd.health.checks`: the :class:`Check` protocol (and
 :class:`CheckFactory`, how the registry holds a check before it is built), what a check is
 built from (:class:`CheckSetup`) and handed each cycle (:class:`Observation`), the results
 it gives (:class:`Problem`, :class:`CheckResult`, the states :data:`OK`, :data:`FAILING`,
-:data:`PENDING`, :data:`UNKNOWN`), the cycle's :class:`Verdict`, and how messages name a
-GPU (:class:`GpuDirectory`). It knows no check by name.
+:data:`PENDING`, :data:`UNKNOWN`, :data:`CANNOT_DECIDE`), the cycle's :class:`Verdict`,
+and how messages name a GPU (:class:`GpuDirectory`). It knows no check by name.
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gfd.config import Sharing
+from gfd.config.values import DEFAULT_IGNORED_XIDS
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
 from gfd.pci import sysfs_bus_id
+
+if TYPE_CHECKING:
+    from gfd.nvml.xid_events import XidSource
 
 OK = "ok"
 FAILING = "failing"
@@ -28,6 +32,11 @@ FAILING = "failing"
 PENDING = "pending"
 #: Nothing to decide from this cycle (the facts could not be read).
 UNKNOWN = "unknown"
+#: The check cannot judge some of what it watches in this setup, and found nothing wrong
+#: in the rest: a GPU without ECC, one NVML cannot watch for Xids, a one-shot run that no
+#: Xid can reach. It is never healthy or failing, and it holds no verdict back: the node
+#: is judged by the checks that can decide (``CheckResult.note`` says why).
+CANNOT_DECIDE = "cannot-decide"
 
 #: How long a check with a grace period waits before a problem counts (seconds).
 DEFAULT_GRACE_PERIOD = 300.0
@@ -44,11 +53,13 @@ class Problem:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """What one check found this cycle: :data:`OK`, :data:`FAILING`, :data:`PENDING` or :data:`UNKNOWN`."""
+    """What one check found this cycle: :data:`OK`, :data:`FAILING`, :data:`PENDING`,
+    :data:`UNKNOWN` or :data:`CANNOT_DECIDE` (``note``: what it cannot judge, and why)."""
 
     check: str
     state: str
     problems: tuple[Problem, ...] = ()
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,8 +74,12 @@ class Verdict:
 
     @property
     def decided(self) -> bool:
-        """No check is failing, and every one could say so."""
-        return all(r.state == OK for r in self.results)
+        """No check is failing, and every one could say so this cycle: each passed, or
+        cannot decide in this setup (then another must have passed)."""
+        results = self.results
+        return all(r.state in (OK, CANNOT_DECIDE) for r in results) and (
+            not results or any(r.state == OK for r in results)
+        )
 
 
 def gpu_name(index: int | None, address: str | None) -> str:
@@ -104,6 +119,33 @@ class GpuDirectory:
 
 
 @dataclass(frozen=True)
+class EventRules:
+    """What the checks of events (``xid``, and ``memory``'s ECC rises) are given.
+
+    ``xid_events``: the run's critical Xid events (None: the run receives none, as a
+    one-shot run: the ``xid`` check cannot decide then). A critical Xid is fatal when it
+    is among ``fatal_xids`` or, with that empty, not among ``ignored_xids``. ``hold``:
+    how long a fatal Xid or an ECC rise keeps its GPU failing after the last one, in
+    seconds of :attr:`CheckSetup.clock`; None: for the life of the process.
+    """
+
+    xid_events: XidSource | None = field(default=None, compare=False)
+    ignored_xids: frozenset[int] = frozenset(DEFAULT_IGNORED_XIDS)
+    fatal_xids: frozenset[int] = frozenset()
+    hold: float | None = None
+
+    def fatal(self, xid: int) -> bool:
+        """Whether a critical ``xid`` marks its GPU unhealthy."""
+        if self.fatal_xids:
+            return xid in self.fatal_xids
+        return xid not in self.ignored_xids
+
+
+#: No Xid events, the default Xids ignored, events held for the process's life.
+DEFAULT_EVENT_RULES = EventRules()
+
+
+@dataclass(frozen=True)
 class CheckSetup:
     """What the running configuration gives every check it builds.
 
@@ -111,7 +153,8 @@ class CheckSetup:
     check gives once (a misconfiguration it cannot judge through), None: not logged.
     ``resource_slices`` lists the node's ResourceSlices of NVIDIA's DRA driver (raising
     :class:`~gfd.errors.GfdError` when the API cannot answer; None: no API to ask), at
-    most once every ``resource_slice_interval`` cycles.
+    most once every ``resource_slice_interval`` cycles. ``events``: the Xid events and
+    how events are judged (:class:`EventRules`).
     """
 
     sysfs_root: Path
@@ -124,6 +167,7 @@ class CheckSetup:
         default=None, compare=False
     )
     resource_slice_interval: int = 5
+    events: EventRules = DEFAULT_EVENT_RULES
 
 
 @dataclass(frozen=True)

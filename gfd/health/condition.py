@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gfd.errors import SinkError, shorten
-from gfd.health.check import Verdict
+from gfd.health.check import CANNOT_DECIDE, OK, Verdict
 from gfd.logs import get_logger
 
 if TYPE_CHECKING:
@@ -108,10 +108,14 @@ def state_of(verdict: Verdict, priority: Sequence[str]) -> HealthState | None:
         )
     if not verdict.decided:
         return None
-    ran = ", ".join(r.check for r in verdict.results) or "none"
-    return HealthState(
-        healthy=True, reason=REASON_HEALTHY, message=f"every GPU health check passes ({ran})"
-    )
+    passed = ", ".join(r.check for r in verdict.results if r.state == OK) or "none"
+    message = f"every GPU health check passes ({passed})"
+    # Named, not explained: the reasons are in the log and the metrics, and a message that
+    # changed with them would cost a write each time.
+    undecided = [r.check for r in verdict.results if r.state == CANNOT_DECIDE]
+    if undecided:
+        message += f"; cannot decide: {', '.join(undecided)}"
+    return HealthState(healthy=True, reason=REASON_HEALTHY, message=message)
 
 
 def state_from_condition(condition: Mapping[str, Any] | None) -> HealthState | None:

@@ -18,10 +18,12 @@ from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import GfdError
 from gfd.facts import NodeFacts
 from gfd.health.check import (
+    DEFAULT_EVENT_RULES,
     DEFAULT_GRACE_PERIOD,
     Check,
     CheckFactory,
     CheckSetup,
+    EventRules,
     GpuDirectory,
     Observation,
     Verdict,
@@ -39,7 +41,8 @@ class HealthMonitor:
     period running), a check disabled now keeps it for a later reload that enables it
     again, and the GPU names carry over. ``registry``: the checks to choose from.
     ``resource_slices`` and ``resource_slice_interval``: the DRA driver's ResourceSlices
-    for the device-plugin check (:class:`~gfd.health.check.CheckSetup`).
+    for the device-plugin check (:class:`~gfd.health.check.CheckSetup`). ``events``: the
+    Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`).
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class HealthMonitor:
         registry: Mapping[str, CheckFactory] = REGISTRY,
         resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
         resource_slice_interval: int = 5,
+        events: EventRules = DEFAULT_EVENT_RULES,
     ) -> None:
         self.setup = CheckSetup(
             sysfs_root=sysfs_root,
@@ -66,6 +70,7 @@ class HealthMonitor:
             log=log,
             resource_slices=resource_slices,
             resource_slice_interval=resource_slice_interval,
+            events=events,
         )
         #: Condition reasons by priority (see :func:`gfd.health.registry.reasons_of`).
         self.reasons = reasons_of(registry)

@@ -15,13 +15,17 @@ from types import MappingProxyType
 from gfd.health.check import CheckFactory
 from gfd.health.checks.device_plugin import DevicePluginCheck
 from gfd.health.checks.gpu_lost import GpuLostCheck
+from gfd.health.checks.memory import MemoryCheck
 from gfd.health.checks.nvlink import NvLinkCheck
+from gfd.health.checks.xid import XidCheck
 
 #: Every check, in the order their problems are reported.
 CHECK_CLASSES: tuple[CheckFactory, ...] = (
     GpuLostCheck,
     DevicePluginCheck,
     NvLinkCheck,
+    XidCheck,
+    MemoryCheck,
 )
 
 REGISTRY: Mapping[str, CheckFactory] = MappingProxyType(

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from gfd.health import HealthState, Verdict
+    from gfd.nvml.xid_events import XidEvent
 
 #: Cycle duration buckets (seconds): a simulated read takes milliseconds, a real
 #: 8-GPU read tenths of a second, a cycle with API retries tens of seconds.
@@ -144,15 +145,30 @@ class AgentTelemetry:
         self._health_failing = prometheus_client.Gauge(
             "gfd_health_check_failing",
             "1 while a GPU health check reports a problem (gpu-lost, device-plugin, "
-            "nvlink), else 0; only the checks that run have a series.",
+            "nvlink, xid, memory), else 0; only the checks that run have a series.",
             ["check"],
             registry=registry,
         )
         self._health_problems = prometheus_client.Gauge(
             "gfd_health_check_problems",
             "Problems the check found in its last run, those still in their grace "
-            "period included (GPUs lost, resources short, GPUs with links down).",
+            "period included (GPUs lost, resources short, GPUs with links down, GPUs with "
+            "a fatal Xid held, memory problems).",
             ["check"],
+            registry=registry,
+        )
+        self._health_undecided = prometheus_client.Gauge(
+            "gfd_health_check_cannot_decide",
+            "1 while a GPU health check cannot judge part of what it watches (a GPU "
+            "without ECC, one not watched for Xids, a run no Xid can reach), else 0.",
+            ["check"],
+            registry=registry,
+        )
+        self._xid_errors = prometheus_client.Counter(
+            "gfd_gpu_xid_errors",
+            "Critical Xid errors NVML reported, by GPU index and Xid: every one, fatal or "
+            "ignored by the xid check (--health-ignored-xids), counted as it arrives.",
+            ["gpu", "xid"],
             registry=registry,
         )
         self._gpu_healthy = prometheus_client.Gauge(
@@ -215,15 +231,21 @@ class AgentTelemetry:
 
     def health_checked(self, verdict: Verdict, state: HealthState | None) -> None:
         """One cycle's GPU health checks; a check that could not run keeps its last values."""
-        from gfd.health import FAILING, UNKNOWN
+        from gfd.health import CANNOT_DECIDE, FAILING, UNKNOWN
 
         for result in verdict.results:
             if result.state == UNKNOWN:
                 continue
             self._health_failing.labels(check=result.check).set(1 if result.state == FAILING else 0)
             self._health_problems.labels(check=result.check).set(len(result.problems))
+            undecided = 1 if result.state == CANNOT_DECIDE else 0
+            self._health_undecided.labels(check=result.check).set(undecided)
         if state is not None:
             self._gpu_healthy.set(1 if state.healthy else 0)
+
+    def xid_error(self, event: XidEvent) -> None:
+        """One critical Xid as the watcher received it (on the watcher's thread)."""
+        self._xid_errors.labels(gpu=str(event.gpu.index), xid=str(event.xid)).inc()
 
     def liveness(self) -> Health:
         with self._lock:

@@ -110,7 +110,7 @@ def test_simulate_a_facts_file(tmp_path: Path) -> None:
         (["--mig-strategy", "all"], "--mig-strategy: 'all' is not one of"),
         (["--sleep-interval", "soon"], "is not a duration"),
         (["--frobnicate"], "unrecognized arguments"),
-        (["--health-checks", "gpu-lost,xid"], "--health-checks: 'xid' is not a health check"),
+        (["--health-checks", "gpu-lost,xids"], "--health-checks: 'xids' is not a health check"),
         (["--health-grace-period", "300"], "has no unit"),
     ],
 )

@@ -228,8 +228,8 @@ def test_mps_wins_over_time_slicing(tmp_path: Path) -> None:
             "flags.gfd.healthChecks: expected a list of check names",
         ),
         (
-            "version: v1\nflags: {gfd: {healthChecks: [gpu-lost, xid]}}\n",
-            "flags.gfd.healthChecks: 'xid' is not a health check",
+            "version: v1\nflags: {gfd: {healthChecks: [gpu-lost, xids]}}\n",
+            "flags.gfd.healthChecks: 'xids' is not a health check",
         ),
         (
             "version: v1\nsharing: {mps: {resources: {name: g}}}\n",

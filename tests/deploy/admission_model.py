@@ -82,7 +82,17 @@ NODEFEATURE_NODE_LABEL = "nfd.node.kubernetes.io/node-name"
 HEALTH_CONDITION = "GPUHealthy"
 #: The reasons gfd gives its condition.
 HEALTH_REASONS = frozenset(
-    {"GPUsHealthy", "GPULost", "DevicePluginMissing", "AllocatableMismatch", "NVLinkDegraded"}
+    {
+        "GPUsHealthy",
+        "GPULost",
+        "DevicePluginMissing",
+        "AllocatableMismatch",
+        "NVLinkDegraded",
+        "XidError",
+        "GPUMemoryFailure",
+        "GPUResetRequired",
+        "UncorrectableECC",
+    }
 )
 #: Every field of NodeStatus (Kubernetes 1.36) but conditions: what the health policy
 #: holds unchanged. tests/realkube checks the list against the server's schema.
@@ -239,7 +249,7 @@ HEALTH_FOREIGN_CONDITIONS = (
 HEALTH_CONDITION_SHAPE = (
     "gfd's GPUHealthy condition must be one entry with status True or False and one of "
     "gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, AllocatableMismatch, "
-    "NVLinkDegraded)"
+    "NVLinkDegraded, XidError, GPUMemoryFailure, GPUResetRequired, UncorrectableECC)"
 )
 HEALTH_STATUS_FIELDS = (
     "gfd may change only the GPUHealthy condition of a node's status, no other status field"

@@ -26,7 +26,16 @@ def test_every_check_is_registered_under_its_own_name() -> None:
 def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:
     assert len(REASONS) == len(set(REASONS))
     assert REASON_HEALTHY not in REASONS
-    assert REASONS == ("GPULost", "DevicePluginMissing", "AllocatableMismatch", "NVLinkDegraded")
+    assert REASONS == (
+        "GPULost",
+        "DevicePluginMissing",
+        "AllocatableMismatch",
+        "NVLinkDegraded",
+        "XidError",
+        "GPUMemoryFailure",
+        "GPUResetRequired",
+        "UncorrectableECC",
+    )
 
 
 def test_the_admission_policies_admit_exactly_the_reasons_gfd_writes() -> None:

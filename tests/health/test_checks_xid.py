@@ -1,0 +1,242 @@
+"""The ``xid`` check (gfd.health.checks.xid): which Xids mark a GPU failing, the message,
+when a fatal Xid stops being reported (the written rule), and what the check cannot decide.
+
+The Xids come from a source of the test's own (what the check needs of the watcher,
+:class:`gfd.nvml.xid_events.XidSource`) and the hold is timed on a settable clock; the
+watcher itself is tested in tests/nvml/test_xid_events.py, and the check with the watcher
+and the simulator end to end in tests/health/test_xid_memory_agent.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gfd.health import (
+    CANNOT_DECIDE,
+    FAILING,
+    NVLINK,
+    OK,
+    XID,
+    EventRules,
+    HealthMonitor,
+)
+from gfd.health.checks.xid import NO_WATCHER, utc
+from gfd.health.condition import state_of
+from gfd.nvml.xid_events import UnwatchedGpu, XidEvent, XidGpu
+from tests.factories import make_facts, make_gpu
+from tests.health.doubles import Clock, Log
+
+FACTS = make_facts([make_gpu(i) for i in range(4)])
+#: When the Xids below arrive (wall clock, as the watcher stamps them).
+T0 = 1_796_000_000.0
+
+
+def gpu(index: int) -> XidGpu:
+    return XidGpu(index=index, bus_id=FACTS.gpus[index].bus_id, uuid=FACTS.gpus[index].uuid)
+
+
+def xid(index: int, number: int, at: float = T0) -> XidEvent:
+    return XidEvent(gpu=gpu(index), xid=number, at=at)
+
+
+@dataclass
+class Source:
+    """Xid events as the test hands them in, and what the watcher cannot see."""
+
+    arriving: list[XidEvent] = field(default_factory=list)
+    start_error: str | None = None
+    unwatched: tuple[UnwatchedGpu, ...] = ()
+    wait_error: str | None = None
+
+    def drain(self) -> tuple[XidEvent, ...]:
+        events, self.arriving = tuple(self.arriving), []
+        return events
+
+
+def monitor(
+    tmp_path: Path,
+    source: Source | None,
+    clock: Clock | None = None,
+    *,
+    hold: float | None = None,
+    fatal: frozenset[int] = frozenset(),
+    log: Log | None = None,
+    previous: HealthMonitor | None = None,
+) -> HealthMonitor:
+    rules = EventRules(xid_events=source, fatal_xids=fatal, hold=hold)
+    return HealthMonitor(
+        sysfs_root=tmp_path,
+        checks=[XID],
+        clock=clock or Clock(),
+        events=rules,
+        log=log,
+        previous=previous,
+    )
+
+
+def observe(checks: HealthMonitor) -> tuple[str, list[str], str]:
+    (result,) = checks.observe(FACTS).results
+    return result.state, [problem.message for problem in result.problems], result.note
+
+
+def test_a_fatal_xid_fails_its_gpu_naming_index_bus_id_xid_count_and_times(
+    tmp_path: Path,
+) -> None:
+    source = Source()
+    checks = monitor(tmp_path, source)
+    assert observe(checks) == (OK, [], "")
+    source.arriving = [xid(3, 79, T0), xid(3, 79, T0 + 65)]
+    (result,) = checks.observe(FACTS).results
+    assert result.state == FAILING
+    assert [(p.check, p.reason) for p in result.problems] == [("xid", "XidError")]
+    assert result.problems[0].message == (
+        "GPU 3 (0000:1e:00.0): Xid 79, 2 times, first 2026-11-30T00:53:20Z, "
+        "last 2026-11-30T00:54:25Z"
+    )
+
+
+def test_times_are_whole_seconds_of_utc() -> None:
+    assert utc(T0 + 0.9) == "2026-11-30T00:53:20Z"
+
+
+def test_the_application_errors_change_nothing(tmp_path: Path) -> None:
+    source = Source()
+    checks = monitor(tmp_path, source)
+    source.arriving = [xid(0, number) for number in (13, 31, 43, 45, 68, 109)]
+    assert observe(checks) == (OK, [], "")
+
+
+def test_several_gpus_and_xids_are_listed_by_gpu_then_xid(tmp_path: Path) -> None:
+    source = Source([xid(2, 94), xid(1, 79), xid(2, 48), xid(1, 79, T0 + 1)])
+    state, messages, _ = observe(monitor(tmp_path, source))
+    assert state == FAILING
+    assert [message.split(",")[0] for message in messages] == [
+        "GPU 1 (0000:1c:00.0): Xid 79",
+        "GPU 2 (0000:1d:00.0): Xid 48",
+        "GPU 2 (0000:1d:00.0): Xid 94",
+    ]
+    assert ", 2 times," in messages[0]
+    assert ", 1 time," in messages[1]
+
+
+def test_with_fatal_xids_given_only_those_count_whatever_is_ignored(tmp_path: Path) -> None:
+    source = Source([xid(0, 79), xid(1, 13)])
+    state, messages, _ = observe(monitor(tmp_path, source, fatal=frozenset({13, 48})))
+    assert state == FAILING
+    assert [message.split(",")[0] for message in messages] == ["GPU 1 (0000:1c:00.0): Xid 13"]
+
+
+def test_a_fatal_xid_holds_for_the_life_of_the_process_by_default(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source([xid(3, 79)])
+    checks = monitor(tmp_path, source, clock)
+    assert observe(checks)[0] == FAILING
+    clock.now += 30 * 24 * 3600
+    assert observe(checks)[0] == FAILING
+
+
+def test_with_a_hold_the_gpu_recovers_once_that_long_passed_without_a_new_fatal_xid(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    source = Source([xid(3, 79)])
+    checks = monitor(tmp_path, source, clock, hold=600)
+    assert observe(checks)[0] == FAILING
+    clock.now += 400
+    # Another fatal Xid starts the hold again; an ignored one does not.
+    source.arriving = [xid(3, 48, T0 + 400), xid(3, 13, T0 + 400)]
+    assert observe(checks)[0] == FAILING
+    clock.now += 599
+    source.arriving = [xid(3, 13, T0 + 999)]
+    assert observe(checks)[0] == FAILING
+    clock.now += 1
+    assert observe(checks) == (OK, [], "")
+    # After the hold a new Xid counts from one again.
+    source.arriving = [xid(3, 79, T0 + 2000)]
+    assert ", 1 time," in observe(checks)[1][0]
+
+
+def test_the_hold_is_per_gpu(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source([xid(0, 79)])
+    checks = monitor(tmp_path, source, clock, hold=600)
+    assert len(observe(checks)[1]) == 1
+    clock.now += 500
+    source.arriving = [xid(1, 79)]
+    assert len(observe(checks)[1]) == 2
+    clock.now += 100
+    _, messages, _ = observe(checks)
+    assert [message.split(" (")[0] for message in messages] == ["GPU 1"]
+
+
+def test_a_run_without_a_watcher_cannot_decide_and_the_others_judge_the_node(
+    tmp_path: Path,
+) -> None:
+    checks = HealthMonitor(sysfs_root=tmp_path, checks=[NVLINK, XID])
+    verdict = checks.observe(FACTS)
+    assert [(r.check, r.state, r.note) for r in verdict.results] == [
+        ("nvlink", OK, ""),
+        ("xid", CANNOT_DECIDE, NO_WATCHER),
+    ]
+    state = state_of(verdict, checks.reasons)
+    assert state is not None and state.healthy
+    assert state.message == "every GPU health check passes (nvlink); cannot decide: xid"
+
+
+def test_a_check_that_cannot_decide_alone_decides_nothing(tmp_path: Path) -> None:
+    checks = monitor(tmp_path, None)
+    assert state_of(checks.observe(FACTS), checks.reasons) is None
+
+
+def test_a_gpu_not_watched_cannot_be_decided_and_is_named(tmp_path: Path) -> None:
+    log = Log()
+    source = Source(unwatched=(UnwatchedGpu(gpu(2), "NVML_ERROR_NOT_SUPPORTED"),))
+    checks = monitor(tmp_path, source, log=log)
+    note = "GPU 2 (0000:1d:00.0) is not watched (NVML_ERROR_NOT_SUPPORTED)"
+    assert observe(checks) == (CANNOT_DECIDE, [], note)
+    assert observe(checks) == (CANNOT_DECIDE, [], note)
+    # Said once, not every cycle.
+    assert log.lines == [
+        ("warning", "GPU health check cannot decide", {"check": "xid", "why": note})
+    ]
+    # A fatal Xid on a GPU it does watch still fails the check.
+    source.arriving = [xid(0, 79)]
+    assert observe(checks)[0] == FAILING
+
+
+def test_failing_waits_and_a_watcher_not_running_cannot_decide(tmp_path: Path) -> None:
+    source = Source(wait_error="NVML_ERROR_UNKNOWN")
+    checks = monitor(tmp_path, source)
+    assert observe(checks) == (
+        CANNOT_DECIDE,
+        [],
+        "waiting for Xid events fails (NVML_ERROR_UNKNOWN)",
+    )
+    source.wait_error = None
+    source.start_error = "NVML nvmlInit failed: NVML_ERROR_DRIVER_NOT_LOADED (code 9)"
+    assert observe(checks) == (
+        CANNOT_DECIDE,
+        [],
+        "the Xid watcher is not running: NVML nvmlInit failed: NVML_ERROR_DRIVER_NOT_LOADED "
+        "(code 9)",
+    )
+    source.start_error = None
+    assert observe(checks) == (OK, [], "")
+
+
+def test_a_failed_read_does_not_stop_the_xids(tmp_path: Path) -> None:
+    source = Source([xid(1, 79)])
+    (result,) = monitor(tmp_path, source).observe(None).results
+    assert result.state == FAILING
+
+
+def test_a_reload_keeps_the_xids_held(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source([xid(3, 79)])
+    first = monitor(tmp_path, source, clock, hold=600)
+    assert observe(first)[0] == FAILING
+    second = monitor(tmp_path, source, clock, hold=600, previous=first)
+    assert observe(second)[0] == FAILING
+    clock.now += 600
+    assert observe(second)[0] == OK
