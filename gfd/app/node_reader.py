@@ -130,26 +130,24 @@ def read_node_once(settings: Settings) -> NodeFacts:
 def check_facts_file(name_or_path: str) -> None:
     """Refuse a ``--simulate`` facts file that is not a small regular file of sane YAML.
 
-    Bounded (:data:`gfd.inputs.FACTS_FILE_LIMIT`) and checked for depth and aliases
-    before the simulator loads it; a bundled profile name passes through. First of all,
-    a file of more GPUs (MIG devices, NVLinks, pairs) than a node can have is refused
-    (:mod:`gfd.facts_limits`): its one pass of the parser is cheaper than the checks after.
+    Read as the simulator reads it (:func:`gfd.facts.read_facts_text`: bounded by
+    :data:`gfd.inputs.FACTS_FILE_LIMIT`, the same error for a file it cannot read), then
+    checked for depth and aliases before the simulator loads it; a bundled profile name
+    passes through. First of all, a file of more GPUs (MIG devices, NVLinks, pairs) than a
+    node can have is refused (:mod:`gfd.facts_limits`): its one pass of the parser is
+    cheaper than the checks after.
     """
-    from gfd.facts import FactsError
+    from gfd.facts import FactsError, read_facts_text
     from gfd.facts_limits import check_document_bounds
-    from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
+    from gfd.inputs import InputRejected, check_yaml
     from gfd.sim import BUNDLED_PROFILES
 
     if name_or_path in BUNDLED_PROFILES or not os.path.lexists(name_or_path):
         return
+    text = read_facts_text(name_or_path)
+    check_document_bounds(text, name_or_path)
     try:
-        text = read_bounded_text(name_or_path, FACTS_FILE_LIMIT)
-        check_document_bounds(text, name_or_path)
         check_yaml(text)
-    except OSError as exc:
-        raise FactsError(name_or_path, "", f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise FactsError(name_or_path, "", f"not UTF-8 text: {exc.reason}") from exc
     except InputRejected as exc:
         raise FactsError(name_or_path, "", str(exc)) from exc
 
