@@ -122,6 +122,32 @@ RUN --mount=type=secret,id=pipcert \
 FROM scratch AS sbom
 COPY --from=sbom-tool /gfd.cdx.json /gfd.cdx.json
 
+# What running part of gfd's test suite inside the image needs (tests/deploy/
+# test_image_suite.py runs tests/sim and tests/topology in each architecture's image, the
+# arm64 one under emulation): pytest and hypothesis with their dependencies, at the
+# versions and sha256 hashes requirements/ci.lock pins for the suite, installed for this
+# stage's platform (hypothesis has a compiled part, so a copy from the build machine
+# would not load on arm64). Only scripts/build-image.sh builds it (IMAGE_TEST_DEPS=1,
+# --target test-deps); the image holds none of it.
+FROM build AS test-deps-tool
+
+ARG TEST_PACKAGES="pytest pluggy iniconfig packaging pygments hypothesis sortedcontainers"
+
+# The lock's entry of each package (its "name==version \" line and the hash lines
+# below it), nothing else of the lock.
+RUN --mount=type=secret,id=pipcert \
+    if [ -s /run/secrets/pipcert ]; then export PIP_CERT=/run/secrets/pipcert; fi \
+    && awk -v wanted=" $TEST_PACKAGES " \
+        '/^[A-Za-z0-9]/ { name = tolower($1); sub(/==.*/, "", name); keep = index(wanted, " " name " ") > 0 } keep' \
+        requirements/ci.lock >/tmp/test-deps.txt \
+    && /opt/build-venv/bin/pip install --require-hashes --no-deps --only-binary :all: \
+        --target /opt/test-deps -r /tmp/test-deps.txt
+
+# Only the packages, so that `docker build --target test-deps --output type=local,dest=DIR`
+# writes them alone into DIR.
+FROM scratch AS test-deps
+COPY --from=test-deps-tool /opt/test-deps /test-deps
+
 # The runtime's root filesystem: the base and Debian's python3, without what only
 # installing packages needs. apt with its caches and perl-base (only package scripts
 # run it) are purged, with the libraries only apt used (TLS, keyring, gpgv, C++

@@ -1,10 +1,11 @@
-"""The image run as a GPU node runs it, on a simulated DGX H100.
+"""Each architecture's image run as a GPU node runs it, on a simulated DGX H100.
 
 Everything a node gives the container is given here the same way, at the same paths:
 
-- NVML: the simulator's ``libnvidia-ml.so.1`` bind-mounted where the NVIDIA container
-  toolkit mounts the driver's (the path ``test_image_real_nvml.py`` uses), its machine
-  file named by ``GFD_SIM_CONFIG``;
+- NVML: the simulator's ``libnvidia-ml.so.1``, the one built into the image under test (an
+  arm64 library for the arm64 image, copied out of it), bind-mounted where the NVIDIA
+  container toolkit mounts the driver's (``/usr/lib/<multiarch>/``); its machine file
+  named by ``GFD_SIM_CONFIG``;
 - the host's sysfs, read-only at ``/sys`` as ``deploy/base`` mounts it: here the simulated
   machine's tree, which also holds the DMI file (``/sys/class/dmi/id/product_name``);
 - the feature file into a hostPath-like bind mount of ``features.d``, as the
@@ -17,8 +18,7 @@ Everything a node gives the container is given here the same way, at the same pa
 
 The labels that arrive in the feature file and on the emulator's Node must be the ones
 gfd computes on this host for the same machine. The GPU Operator's driver-root layout
-is not run: gfd has no driver-root lookup of its own (docs/container.md), it loads
-``libnvidia-ml.so.1`` through the dynamic linker as the toolkit injects it.
+is not run: gfd has no driver-root lookup yet (docs/container.md).
 Skipped, with the reason, where no engine or no built image is available.
 """
 
@@ -27,12 +27,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from gfd.sim import CONFIG_ENV, library_path, prepare_machine
-from tests.deploy.container_engine import FEATURES_DIR, IMAGE, LOCKED_DOWN_RUN, TOOLKIT_NVML
+from gfd.sim import CONFIG_ENV, prepare_machine
+from tests.deploy.container_engine import FEATURES_DIR, BuiltImage
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster
 from tests.reliability.agent_process import expected_labels, parse_label_lines
 
@@ -71,34 +72,73 @@ def features_directory(directory: Path) -> Path:
     return directory
 
 
+def simulator_library(client: str, image: BuiltImage, directory: Path) -> Path:
+    """The image's own simulator library (of its architecture), copied out of it."""
+    inside = (
+        f"/opt/gfd/lib/python3.11/site-packages/gfd/sim/_nvmlsim.cpython-311-{image.multiarch}.so"
+    )
+    created = subprocess.run(
+        [client, "create", "--platform", image.platform, image.tag],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    container = created.stdout.strip()
+    try:
+        directory.mkdir()
+        subprocess.run(
+            [client, "cp", f"{container}:{inside}", str(directory / "libnvidia-ml.so.1")],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+    finally:
+        subprocess.run([client, "rm", container], capture_output=True, timeout=60, check=False)
+    library = directory / "libnvidia-ml.so.1"
+    library.chmod(0o755)
+    return library
+
+
+def at_the_toolkit_path(image: BuiltImage, library: Path, work: Path) -> list[str]:
+    return ["-v", f"{library}:{image.toolkit_nvml}:ro"]
+
+
+NVML_MOUNTS: dict[str, Callable[[BuiltImage, Path, Path], list[str]]] = {
+    "toolkit": at_the_toolkit_path,
+}
+
+
+@pytest.mark.parametrize("nvml", sorted(NVML_MOUNTS))
 def test_simulated_dgx_h100_labels_reach_the_feature_file_and_the_node(
     client: str,
+    image: BuiltImage,
     tls_pair: tuple[Path, Path],
     tmp_path: Path,
+    nvml: str,
 ) -> None:
     machine = prepare_machine(PROFILE, tmp_path / "machine")
+    library = simulator_library(client, image, tmp_path / "nvml")
+    nvml_mounts = NVML_MOUNTS[nvml](image, library, tmp_path)
     features = features_directory(tmp_path / "features.d")
     secrets = service_account(tmp_path / "serviceaccount", tls_pair[0])
     expected = expected_labels(PROFILE)
     with ApiServerEmulator(tls_cert=tls_pair[0], tls_key=tls_pair[1]) as api:
         seed_gfd_cluster(api, node_name=NODE, namespace=NAMESPACE, token=TOKEN)
         command = [
-            client, *LOCKED_DOWN_RUN, "--network", "host", "--user", "0:0",
-            "-v", f"{library_path()}:{TOOLKIT_NVML}:ro",
-            "-v", f"{machine.config_path}:{MACHINE_FILE}:ro",
-            "-v", f"{machine.sysfs_root}:/sys:ro",
-            "-v", f"{features}:{FEATURES_DIR}",
-            "-v", f"{secrets}:{SERVICE_ACCOUNT}:ro",
-            "-e", f"{CONFIG_ENV}={MACHINE_FILE}",
-            "-e", "KUBERNETES_SERVICE_HOST=127.0.0.1",
-            "-e", f"KUBERNETES_SERVICE_PORT={api.port}",
-            "-e", f"NODE_NAME={NODE}",
-            "-e", "POD_NAME=gfd-abcde",
-            "-e", f"NAMESPACE={NAMESPACE}",
-            IMAGE, "--oneshot", "--no-timestamp", "--patch-node",
+            client, *image.run(
+                "--network", "host", "--user", "0:0",
+                *nvml_mounts,
+                "-v", f"{machine.config_path}:{MACHINE_FILE}:ro",
+                "-v", f"{machine.sysfs_root}:/sys:ro",
+                "-v", f"{features}:{FEATURES_DIR}",
+                "-v", f"{secrets}:{SERVICE_ACCOUNT}:ro",
+                "-e", f"{CONFIG_ENV}={MACHINE_FILE}",
+                "-e", "KUBERNETES_SERVICE_HOST=127.0.0.1",
+                "-e", f"KUBERNETES_SERVICE_PORT={api.port}",
+                "-e", f"NODE_NAME={NODE}",
+                "-e", "POD_NAME=gfd-abcde",
+                "-e", f"NAMESPACE={NAMESPACE}",
+            ),
+            image.tag, "--oneshot", "--no-timestamp", "--patch-node",
             "--output-file", f"{FEATURES_DIR}/gfd",
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
         node = api.node(NODE)
         requests = api.requests
     assert done.returncode == 0, done.stderr

@@ -1,6 +1,7 @@
-"""The SBOM that scripts/build-image.sh writes beside the image (issue 27, supply chain).
+"""The SBOM that scripts/build-image.sh writes beside each architecture's image (issue 27,
+supply chain).
 
-It must be CycloneDX, name gfd as the application it describes, and list exactly gfd's
+Each must be CycloneDX, name gfd as the application it describes, and list exactly gfd's
 runtime packages: requirements/image.lock less what the Dockerfile uninstalls
 (UNUSED_PACKAGES), each at its locked version with its PyPI package URL; and it must
 agree with the distributions the built image actually holds.
@@ -13,23 +14,17 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 from packaging.utils import canonicalize_name
 
 import gfd
-from tests.deploy.container_engine import IMAGE
+from tests.deploy.container_engine import BuiltImage
 from tests.deploy.manifests import REPO_ROOT
 from tests.deploy.test_lock import locked
 
 pytestmark = pytest.mark.slow
-
-#: Where scripts/build-image.sh writes it for IMAGE (its SBOM variable; GFD_SBOM here).
-SBOM = Path(
-    os.environ.get("GFD_SBOM") or REPO_ROOT / "dist" / f"{re.sub(r'[:/]', '_', IMAGE)}.cdx.json"
-)
 
 
 def removed_by_the_dockerfile() -> set[str]:
@@ -39,14 +34,15 @@ def removed_by_the_dockerfile() -> set[str]:
     return {canonicalize_name(name) for name in match.group(1).replace("\\", " ").split()}
 
 
-@pytest.fixture(scope="module")
-def sbom(client: str) -> dict[str, Any]:  # the image must be there too
-    if not SBOM.is_file():
-        reason = f"no SBOM at {SBOM}; scripts/build-image.sh writes it with the image"
+@pytest.fixture
+def sbom(image: BuiltImage) -> dict[str, Any]:  # the image must be there too
+    path = image.beside(".cdx.json")
+    if not path.is_file():
+        reason = f"no SBOM at {path}; scripts/build-image.sh writes it with the image"
         if os.environ.get("GFD_REQUIRE_IMAGE", "") not in ("", "0"):
             pytest.fail(f"GFD_REQUIRE_IMAGE is set but {reason}", pytrace=False)
         pytest.skip(reason)
-    document: dict[str, Any] = json.loads(SBOM.read_text(encoding="utf-8"))
+    document: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     return document
 
 
@@ -74,15 +70,15 @@ def test_sbom_lists_the_runtime_packages_at_their_locked_versions(sbom: dict[str
         assert component["purl"] == f"pkg:pypi/{name}@{component['version']}"
 
 
-def test_sbom_matches_the_image(client: str, sbom: dict[str, Any]) -> None:
+def test_sbom_matches_the_image(client: str, image: BuiltImage, sbom: dict[str, Any]) -> None:
     listing = (
         "import importlib.metadata as m, json\n"
         "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))\n"
     )
     result = subprocess.run(
-        [client, "run", "--rm", "--network", "none", "--entrypoint", "/opt/gfd/bin/python",
-         IMAGE, "-c", listing],
-        capture_output=True, text=True, timeout=60, check=False,
+        [client, *image.run("--network", "none", "--entrypoint", "/opt/gfd/bin/python"),
+         image.tag, "-c", listing],
+        capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     in_image = {canonicalize_name(k): v for k, v in json.loads(result.stdout).items()}
