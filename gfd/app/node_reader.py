@@ -30,6 +30,9 @@ class NodeReader:
     machine_type_file: Path
     #: None: the driver's libnvidia-ml.so.1; else a simulator library.
     library_path: Path | None = None
+    #: --driver-root-ctr-path: where the driver's library is looked up when library_path
+    #: is None, at each NVML start until found (gfd.nvml.driver_root).
+    driver_root: str | None = None
     #: Where absent optional facts are logged (gfd's logger when None).
     log: Any = field(default=None, compare=False, repr=False)
     #: (call, cause) of absent optional NVML facts already logged: once per process.
@@ -41,11 +44,12 @@ class NodeReader:
 
     def __call__(self) -> NodeFacts:
         if not self._nvml:
+            from gfd.nvml.driver_root import nvml_library_path
             from gfd.nvml.reader import NvmlReader
 
             self._nvml.append(
                 NvmlReader(
-                    library_path=self.library_path,
+                    library_path=self.library_path or nvml_library_path(self.driver_root),
                     sysfs_root=self.sysfs_root,
                     machine_type_file=self.machine_type_file,
                     on_absent=self._report_absent,
@@ -106,7 +110,9 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
 def host_reader(settings: Settings) -> NodeReader:
     """Facts from this machine's NVML, sysfs and DMI file, as ``settings`` name them."""
     return NodeReader(
-        sysfs_root=Path(settings.sysfs_root), machine_type_file=Path(settings.machine_type_file)
+        sysfs_root=Path(settings.sysfs_root),
+        machine_type_file=Path(settings.machine_type_file),
+        driver_root=settings.driver_root_ctr_path,
     )
 
 

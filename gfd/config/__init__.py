@@ -97,6 +97,8 @@ class Settings:
     output_file_expiry: float | None = None
     machine_type_file: str = DEFAULT_MACHINE_TYPE_FILE
     sysfs_root: str = "/sys"
+    #: --driver-root-ctr-path; None: /driver-root when mounted (gfd.nvml.driver_root).
+    driver_root_ctr_path: str | None = None
     config_file: str | None = None
     use_node_feature_api: bool = False
     patch_node: bool = False

@@ -135,6 +135,17 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PATH",
     ),
     Option(
+        "driver_root_ctr_path",
+        "--driver-root-ctr-path",
+        ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+        None,
+        "str",
+        "where the NVIDIA driver's root is mounted in the container: NVML is loaded from "
+        "under it (default: /driver-root when mounted, else where the container toolkit "
+        "puts it; empty: the latter)",
+        metavar="PATH",
+    ),
+    Option(
         "use_node_feature_api",
         "--use-node-feature-api",
         ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"),

@@ -3,9 +3,13 @@
 Everything a node gives the container is given here the same way, at the same paths:
 
 - NVML: the simulator's ``libnvidia-ml.so.1``, the one built into the image under test (an
-  arm64 library for the arm64 image, copied out of it), bind-mounted where the NVIDIA
-  container toolkit mounts the driver's (``/usr/lib/<multiarch>/``); its machine file
-  named by ``GFD_SIM_CONFIG``;
+  arm64 library for the arm64 image, copied out of it), either bind-mounted where the
+  NVIDIA container toolkit mounts the driver's (``/usr/lib/<multiarch>/``), or, as the GPU
+  Operator gives a driver container's files, inside a driver root: the tree of the
+  host's ``/run/nvidia/driver`` (``usr/lib/<multiarch>/libnvidia-ml.so.<version>`` and its
+  ``.so.1`` link) mounted at ``/driver-root``, where NVIDIA's GFD and device plugin look
+  by default, and nothing at the toolkit's path; its machine file named by
+  ``GFD_SIM_CONFIG``;
 - the host's sysfs, read-only at ``/sys`` as ``deploy/base`` mounts it: here the simulated
   machine's tree, which also holds the DMI file (``/sys/class/dmi/id/product_name``);
 - the feature file into a hostPath-like bind mount of ``features.d``, as the
@@ -17,8 +21,7 @@ Everything a node gives the container is given here the same way, at the same pa
   host network only for loopback.
 
 The labels that arrive in the feature file and on the emulator's Node must be the ones
-gfd computes on this host for the same machine. The GPU Operator's driver-root layout
-is not run: gfd has no driver-root lookup yet (docs/container.md).
+gfd computes on this host for the same machine.
 Skipped, with the reason, where no engine or no built image is available.
 """
 
@@ -47,6 +50,10 @@ TOKEN = "gfd-in-cluster-token"
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: Where the container reads the simulator's machine file (any path outside /sys works).
 MACHINE_FILE = "/run/gfd-sim/machine.conf"
+#: Where the GPU Operator's driver root is mounted, NVIDIA's default (``/driver-root``).
+DRIVER_ROOT = "/driver-root"
+#: The driver version the driver root's library file is named after.
+DRIVER_VERSION = "570.148.08"
 
 
 def service_account(directory: Path, ca: Path) -> Path:
@@ -99,8 +106,21 @@ def at_the_toolkit_path(image: BuiltImage, library: Path, work: Path) -> list[st
     return ["-v", f"{library}:{image.toolkit_nvml}:ro"]
 
 
+def in_a_driver_root(image: BuiltImage, library: Path, work: Path) -> list[str]:
+    """The host's /run/nvidia/driver as a driver container fills it, mounted where the
+    GPU Operator mounts it; gfd finds it there with no setting."""
+    lib_dir = work / "run-nvidia-driver" / "usr" / "lib" / image.multiarch
+    lib_dir.mkdir(parents=True)
+    versioned = lib_dir / f"libnvidia-ml.so.{DRIVER_VERSION}"
+    shutil.copyfile(library, versioned)
+    versioned.chmod(0o755)
+    (lib_dir / "libnvidia-ml.so.1").symlink_to(versioned.name)
+    return ["-v", f"{work / 'run-nvidia-driver'}:{DRIVER_ROOT}:ro"]
+
+
 NVML_MOUNTS: dict[str, Callable[[BuiltImage, Path, Path], list[str]]] = {
     "toolkit": at_the_toolkit_path,
+    "driver-root": in_a_driver_root,
 }
 
 
