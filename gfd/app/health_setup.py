@@ -12,6 +12,8 @@ keep the check, and closed by a reload that drops it and when the run ends.
 from __future__ import annotations
 
 import threading
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from gfd.app.node_reader import NodeReader
@@ -137,7 +139,7 @@ class HealthSetup:
         if watcher is None:
             from gfd.nvml.xid_events import XidWatcher
 
-            watcher = self._xid_watcher = XidWatcher(library_path=read.library_path)
+            watcher = self._xid_watcher = XidWatcher(library_path=partial(_nvml_library, read))
             try:
                 watcher.start()
             except NvmlNotReady as exc:
@@ -149,3 +151,11 @@ class HealthSetup:
         # The metrics may have been switched on or off by this reload.
         watcher.on_event = telemetry.xid_error if telemetry is not None else None
         return watcher
+
+
+def _nvml_library(read: NodeReader) -> Path | None:
+    """The NVML library ``read`` loads, looked up as it does at each start: the watcher
+    must share it, since pynvml holds one library per process."""
+    from gfd.nvml.driver_root import nvml_library_path
+
+    return read.library_path or nvml_library_path(read.driver_root)

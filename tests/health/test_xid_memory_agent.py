@@ -1,7 +1,7 @@
 """Xid errors and memory health end to end: a simulated DGX H100 whose GPUs report what a
 real driver does (ECC on, remapped rows), the Xid watcher, the agent, and its Node in the
-emulator; the assembly of gfd/app (the watcher's life); and a gfd process stopped by
-SIGTERM while its watcher waits.
+emulator; the assembly of gfd/app (the watcher's life); and a gfd process loading NVML
+from a driver root, stopped by SIGTERM while its watcher waits.
 
 A fault happens "after the first cycle": it is due after more calls on its GPU than the
 first cycle makes, and the test makes those calls itself between two cycles (as a
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,12 +37,16 @@ from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
+from gfd.nvml.driver_root import NVML_LIBRARY, this_architecture
 from gfd.nvml.reader import NvmlReader
 from gfd.nvml.xid_events import XidWatcher
 from gfd.sim import (
+    CONFIG_ENV,
     SimulatedMachine,
     SimulationProfile,
+    library_path,
     load_profile,
+    prepare_machine,
     simulate,
     with_default_memory_health,
 )
@@ -50,7 +55,8 @@ from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
 from tests.health.doubles import Clock
 from tests.kube_fixtures import NODE
-from tests.reliability.agent_process import running_gfd
+from tests.reliability.agent_process import environment as agent_environment
+from tests.reliability.agent_process import gfd_command
 
 PROFILE = "dgx-h100"
 #: Far more calls on one GPU than a first cycle makes (about 85 on a DGX H100).
@@ -362,24 +368,32 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_ends_a_run_whose_watcher_waits_within_a_second(tmp_path: Path) -> None:
-    """A periodic gfd whose Xid watcher is running (its Xid reached the label) ends within
-    a second of SIGTERM: the watcher's wait is half a second at most."""
-    import yaml
-
-    from gfd.facts import dump_facts
-    from gfd.sim.faults import faults_to_dict
-
+def test_a_run_under_a_driver_root_watches_xids_and_stops_within_a_second(
+    tmp_path: Path,
+) -> None:
+    """A periodic gfd loading NVML from a driver root (as under the GPU Operator): its Xid
+    watcher loads the same library as its reader (pynvml holds one per process), its Xid
+    reaches the label, and SIGTERM ends the run within a second while the watcher waits
+    (half a second at most)."""
     # Due early in the first read, after the watcher's four calls on the GPU as it starts.
     xid_79 = Faults(xid=(CriticalXid(gpu=0, xid=79, after_calls=10),))
-    path = tmp_path / "t4-xid.yaml"
-    path.write_text(
-        dump_facts(profile("t4-single").facts) + yaml.safe_dump({"faults": faults_to_dict(xid_79)})
-    )
+    machine = prepare_machine(profile("t4-single", xid_79), tmp_path / "machine")
+    root = tmp_path / "driver-root"
+    library = root / "usr" / "lib" / this_architecture().multiarch / NVML_LIBRARY
+    library.parent.mkdir(parents=True)
+    library.write_bytes(library_path().read_bytes())
     output = tmp_path / "features"
-    with running_gfd(
-        "--simulate", str(path), "-o", str(output), "--health-label", "--sleep-interval", "1s"
-    ) as process:
+    process = subprocess.Popen(
+        gfd_command(
+            "--driver-root-ctr-path", str(root),
+            "--sysfs-root", str(machine.sysfs_root),
+            "--machine-type-file", str(machine.machine_type_file),
+            "-o", str(output), "--health-label", "--sleep-interval", "1s",
+        ),
+        env=agent_environment({CONFIG_ENV: str(machine.config_path)}),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
         until(
             lambda: output.exists() and "nvidia.com/gpu.health=XidError" in output.read_text(),
             seconds=20,
@@ -388,6 +402,10 @@ def test_sigterm_ends_a_run_whose_watcher_waits_within_a_second(tmp_path: Path) 
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=10)
         took = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=10)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert took < 1.0, f"stopped after {took:.2f}s"
