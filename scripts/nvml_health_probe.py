@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -94,6 +95,17 @@ def memory_health(handle: Any, repeat: int) -> dict[str, Any]:
         "nvmlDeviceGetSupportedEventTypes": lambda: pynvml.nvmlDeviceGetSupportedEventTypes(handle),
     }
     return {name: timed(call, repeat) for name, call in calls.items()}
+
+
+def sysfs_numa_node(bus_id: str) -> str:
+    """The PCI device's ``numa_node`` as sysfs shows it (NVML's 8-digit domain cut to 4)."""
+    domain, rest = bus_id.split(":", 1)
+    path = f"/sys/bus/pci/devices/{domain[-4:].lower()}:{rest.lower()}/numa_node"
+    try:
+        with open(path, encoding="ascii") as attribute:
+            return attribute.read().strip()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
 
 
 def event_api(handles: list[Any]) -> dict[str, Any]:
@@ -183,10 +195,17 @@ def main() -> int:
                     "index": index,
                     "name": plain(pynvml.nvmlDeviceGetName(handle)),
                     "bus_id": plain(pynvml.nvmlDeviceGetPciInfo(handle).busId),
+                    "sysfs_numa_node": sysfs_numa_node(
+                        plain(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+                    ),
                     "calls": memory_health(handle, args.repeat),
                 }
             )
         report["events"] = event_api(handles) if handles else {}
+        online = Path("/sys/devices/system/node/online")
+        report["numa_nodes_online"] = (
+            online.read_text(encoding="ascii").strip() if online.exists() else "absent"
+        )
         with open("/proc/self/maps", encoding="utf-8") as maps:
             report["library"] = sorted(
                 {line.split()[-1] for line in maps if "libnvidia-ml" in line}
