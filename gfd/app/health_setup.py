@@ -4,9 +4,10 @@ Which checks run, and with what, follows from the settings and the sinks: the ch
 read the Node need the node sink (and the device-plugin check reads the DRA driver's
 ResourceSlices through its client), and the ``GPUHealthy`` condition and the health taint
 are written through the node sink's client. The ``xid`` check's events come from one
-:class:`~gfd.nvml.xid_events.XidWatcher` per run, started when a periodic run enables
-the check (a one-shot run ends before any Xid could arrive), kept across reloads that
-keep the check, and closed by a reload that drops it and when the run ends.
+:class:`~gfd.nvml.xid_events.XidWatcher` per run, made when a periodic run enables the
+check (a one-shot run ends before any Xid could arrive) and started by the check's first
+drain, kept across reloads that keep the check, and closed by a reload that drops it and
+when the run ends.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
 from gfd.config.values import XID_CHECK
-from gfd.errors import GfdError, NvmlNotReady
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter
@@ -79,7 +79,7 @@ class HealthSetup:
             resource_slices=slices,
             resource_slice_interval=settings.health_resource_slice_interval,
             events=EventRules(
-                xid_events=self._xid_events(settings, checks, read, log, telemetry),
+                xid_events=self._xid_events(settings, checks, read, telemetry),
                 ignored_xids=frozenset(settings.health_ignored_xids),
                 fatal_xids=frozenset(settings.health_fatal_xids),
                 hold=settings.health_event_hold,
@@ -127,11 +127,10 @@ class HealthSetup:
         settings: Settings,
         checks: tuple[str, ...],
         read: NodeReader,
-        log: Any,
         telemetry: Any,
     ) -> XidWatcher | None:
-        """The run's Xid watcher, started on first use; None where the xid check does not
-        run or the run is one-shot (the check then says it cannot decide)."""
+        """The run's Xid watcher (made once, kept across reloads); None where the xid check
+        does not run or the run is one-shot (the check then says it cannot decide)."""
         if XID_CHECK not in checks or settings.oneshot:
             self.close()
             return None
@@ -139,15 +138,11 @@ class HealthSetup:
         if watcher is None:
             from gfd.nvml.xid_events import XidWatcher
 
+            # Not started here: the check's first drain starts it, after the first cycle's
+            # read, so that NVML is first asked by the reader (whose failure to start is
+            # the one the run acts on), and a watcher that cannot start tries again at
+            # each drain while the check says why it cannot decide.
             watcher = self._xid_watcher = XidWatcher(library_path=partial(_nvml_library, read))
-            try:
-                watcher.start()
-            except NvmlNotReady as exc:
-                # No driver yet: the read says so; the watcher tries again at each drain.
-                log.info("Xid watcher not started", reason=str(exc))
-            except GfdError as exc:
-                # Tried again at each cycle's drain; meanwhile the check cannot decide.
-                log.warning("Xid watcher not started", reason=str(exc))
         # The metrics may have been switched on or off by this reload.
         watcher.on_event = telemetry.xid_error if telemetry is not None else None
         return watcher

@@ -28,7 +28,8 @@ GPUs without the event, or any other error) is in :attr:`XidWatcher.unwatched` w
 NVML's error name; a wait that fails with anything but ``NVML_ERROR_TIMEOUT`` is
 :attr:`XidWatcher.wait_error` until a wait succeeds or times out again (the thread backs
 off one wait length between failures); a watcher that could not start (NVML not up yet,
-no event set) keeps why in :attr:`XidWatcher.start_error` and tries again at each drain.
+no event set) keeps why in :attr:`XidWatcher.start_error` and tries again at each drain
+that allows it.
 """
 
 from __future__ import annotations
@@ -108,8 +109,9 @@ class XidSource(Protocol):
         """NVML's error name while its waits fail (None: they work)."""
         ...
 
-    def drain(self) -> tuple[XidEvent, ...]:
-        """The events received since the last drain, oldest first."""
+    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+        """The events received since the last drain, oldest first; ``start``: a source
+        that is not running may try to start first."""
         ...
 
 
@@ -143,7 +145,7 @@ class XidWatcher:
         self.wait_ms = wait_ms
         self.clock = clock
         self.on_event = on_event
-        self.start_error: str | None = "not started"
+        self.start_error: str | None = "not started yet (it starts once NVML answers)"
         self.unwatched: tuple[UnwatchedGpu, ...] = ()
         self.wait_error: str | None = None
         #: Events dropped because more than ``max_pending`` waited for a drain.
@@ -185,10 +187,11 @@ class XidWatcher:
         self._thread = threading.Thread(target=self._wait_loop, name="gfd-xid-events", daemon=True)
         self._thread.start()
 
-    def drain(self) -> tuple[XidEvent, ...]:
-        """The events received since the last drain, oldest first. A watcher that is not
-        running (it could not start) tries to start first."""
-        if self._thread is None and not self._closed:
+    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+        """The events received since the last drain, oldest first. With ``start``, a
+        watcher that is not running (not started yet, or it could not start) tries to
+        start first; the caller passes False while NVML is known to be down."""
+        if start and self._thread is None and not self._closed:
             # Why it failed is kept in start_error, which the check reports.
             with contextlib.suppress(GfdError):
                 self.start()

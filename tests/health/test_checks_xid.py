@@ -48,8 +48,11 @@ class Source:
     start_error: str | None = None
     unwatched: tuple[UnwatchedGpu, ...] = ()
     wait_error: str | None = None
+    #: What each drain allowed: to start the watcher, or not.
+    starts: list[bool] = field(default_factory=list)
 
-    def drain(self) -> tuple[XidEvent, ...]:
+    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+        self.starts.append(start)
         events, self.arriving = tuple(self.arriving), []
         return events
 
@@ -225,10 +228,14 @@ def test_failing_waits_and_a_watcher_not_running_cannot_decide(tmp_path: Path) -
     assert observe(checks) == (OK, [], "")
 
 
-def test_a_failed_read_does_not_stop_the_xids(tmp_path: Path) -> None:
+def test_a_failed_read_does_not_stop_the_xids_nor_start_the_watcher(tmp_path: Path) -> None:
     source = Source([xid(1, 79)])
-    (result,) = monitor(tmp_path, source).observe(None).results
+    checks = monitor(tmp_path, source)
+    (result,) = checks.observe(None).results
     assert result.state == FAILING
+    checks.observe(FACTS)
+    # NVML was down in the first cycle: only the second may start the watcher.
+    assert source.starts == [False, True]
 
 
 def test_a_reload_keeps_the_xids_held(tmp_path: Path) -> None:

@@ -349,7 +349,11 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
 
         try:
             running = watcher_of(Settings())
-            assert isinstance(running, XidWatcher) and running.running
+            assert isinstance(running, XidWatcher)
+            # Started by the check's first drain, after the cycle's read has asked NVML.
+            assert not running.running
+            assert running.drain() == ()
+            assert running.running
             assert running.on_event == telemetry.xid_error
             # A reload that keeps the check keeps the watcher (and what it queued).
             assert watcher_of(Settings(health_event_hold=60.0)) is running
@@ -359,7 +363,9 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
             # A one-shot run starts none.
             assert watcher_of(Settings(oneshot=True)) is None
             again = watcher_of(Settings())
-            assert again is not running and again.running
+            assert again is not running
+            again.drain()
+            assert again.running
             setup.close()
             assert not again.running
         finally:
@@ -375,8 +381,8 @@ def test_a_run_under_a_driver_root_watches_xids_and_stops_within_a_second(
     watcher loads the same library as its reader (pynvml holds one per process), its Xid
     reaches the label, and SIGTERM ends the run within a second while the watcher waits
     (half a second at most)."""
-    # Due early in the first read, after the watcher's four calls on the GPU as it starts.
-    xid_79 = Faults(xid=(CriticalXid(gpu=0, xid=79, after_calls=10),))
+    # Due a few cycles in: the watcher starts after the first cycle's read.
+    xid_79 = Faults(xid=(CriticalXid(gpu=0, xid=79, after_calls=100),))
     machine = prepare_machine(profile("t4-single", xid_79), tmp_path / "machine")
     root = tmp_path / "driver-root"
     library = root / "usr" / "lib" / this_architecture().multiarch / NVML_LIBRARY

@@ -174,6 +174,9 @@ def test_a_start_that_fails_is_said_and_tried_again_at_the_next_drain() -> None:
         assert not watcher.running
         assert watcher.start_error is not None
         assert "NVML_ERROR_DRIVER_NOT_LOADED" in watcher.start_error
+        # Told not to start (NVML known down), it does not.
+        assert watcher.drain(start=False) == ()
+        assert not watcher.running
         assert watcher.drain() == ()
         assert watcher.running
         assert watcher.start_error is None

@@ -90,7 +90,8 @@ class XidCheck:
         source = self._rules.xid_events
         now = self._clock()
         if source is not None:
-            for event in source.drain():
+            # A cycle whose read failed has NVML down: no use starting the watcher then.
+            for event in source.drain(start=seen.facts is not None):
                 if not self._rules.fatal(event.xid):
                     continue
                 gpu = event.gpu
