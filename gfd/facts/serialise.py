@@ -21,6 +21,10 @@ from gfd.facts.model import NodeFacts
 
 #: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
 DERIVED_KEY = "derived"
+#: GPU fields written only when NVML reported them: the facts of a machine that reports
+#: none stay byte for byte what they were before the field existed (captures, and the
+#: records keyed by a hash of them, stay valid); absent reads back as None.
+WRITTEN_WHEN_REPORTED = ("memory_health",)
 
 
 def facts_to_dict(facts: NodeFacts) -> dict[str, Any]:
@@ -42,12 +46,17 @@ def dump_facts(
     *,
     derived: Mapping[str, Any] | None = None,
 ) -> str:
-    """Serialise facts deterministically: equal facts give equal text.
+    """Serialise facts deterministically: equal facts give equal text. A GPU's
+    :data:`WRITTEN_WHEN_REPORTED` fields are left out where None.
 
     ``derived`` (plain data computed from the facts) is appended under ``derived:``
     for readers; loading ignores it.
     """
     plain = facts_to_dict(facts)
+    for gpu in plain["gpus"]:
+        for name in WRITTEN_WHEN_REPORTED:
+            if gpu.get(name) is None:
+                gpu.pop(name, None)
     if derived is not None:
         plain[DERIVED_KEY] = dict(derived)
     if fmt == "json":

@@ -287,6 +287,26 @@ def _links(config: Mapping[str, Any], count: int) -> list[list[dict[str, Any]]]:
     return per_device
 
 
+def _memory_health(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``engine/device.go``, without failure injection: ``GetEccMode`` answers the ``ecc``
+    block's ``mode_current`` (``enabled``, else disabled); ``GetRemappedRows`` answers the
+    ``remapped_rows`` block (zeros without one) on every GPU, so gfd never asks for retired
+    pages; ``GetTotalEccErrors`` answers 0, and gfd asks it only with ECC on."""
+    enabled = (cfg.get("ecc") or {}).get("mode_current") == "enabled"
+    rows = cfg.get("remapped_rows") or {}
+    return {
+        "ecc_enabled": enabled,
+        "remapped_rows": {
+            "correctable": int(rows.get("correctable") or 0),
+            "uncorrectable": int(rows.get("uncorrectable") or 0),
+            "pending": bool(rows.get("pending")),
+            "failure": bool(rows.get("failure_occurred")),
+        },
+        "retired_pages": None,
+        "volatile_uncorrected_ecc": 0 if enabled else None,
+    }
+
+
 def expected_facts(
     config: Mapping[str, Any],
     hidden_exports: frozenset[str] = frozenset(),
@@ -423,6 +443,7 @@ def expected_facts(
                     if fabric_call == "nvmlDeviceGetGpuFabricInfoV"
                     else None,
                 },
+                "memory_health": _memory_health(cfg),
             }
         )
 

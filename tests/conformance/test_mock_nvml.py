@@ -83,6 +83,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "mig": ((), ("mig_mode_current", "mig_mode_pending", "mig_devices")),
     "nvlink": ((), ("nvlink_version", "nvlinks")),
     "fabric": ((), ("fabric",)),
+    "memory_health": ((), ("memory_health",)),
     "topology": (("pci_pairs", "nvlink_p2p"), ()),
     "vgpu": (("vgpu",), ()),
 }
