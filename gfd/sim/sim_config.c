@@ -253,6 +253,12 @@ sim_machine *sim_load_machine(const char *path, char *error, size_t error_size) 
 /* ------------------------------------------------------------------------- */
 /* Configuration entry points (exported) */
 
+/* The machine replaced by the last configuration, freed only at the next one. Handles are
+ * addresses inside a machine: freeing it at once would let the next machine's allocation
+ * reuse them, and a stale handle of the machine just replaced would then answer as a GPU of
+ * the new one instead of INVALID_ARGUMENT. */
+static sim_machine *g_retired = NULL;
+
 GFDSIM_API int gfdsim_configure(const char *config_path) {
     LOCK();
     sim_machine *m = NULL;
@@ -267,7 +273,8 @@ GFDSIM_API int gfdsim_configure(const char *config_path) {
     }
     /* Event sets record GPUs of the old machine: they go with it. */
     sim_release_event_sets();
-    free_machine(g_machine);
+    free_machine(g_retired);
+    g_retired = g_machine;
     g_machine = m;
     g_configured = config_path != NULL;
     g_last_error[0] = '\0';
