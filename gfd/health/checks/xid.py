@@ -23,7 +23,7 @@ GPU it could not register, waits that fail. What it remembers outlives a reload.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from gfd.config.values import XID_CHECK
@@ -82,7 +82,10 @@ class XidCheck:
         self._last_fatal: dict[str, float] = {}
         self._note = ""
         if isinstance(previous, XidCheck):
-            self._held = {uuid: dict(xids) for uuid, xids in previous._held.items()}
+            self._held = {
+                uuid: {xid: replace(seen) for xid, seen in xids.items()}
+                for uuid, xids in previous._held.items()
+            }
             self._last_fatal = dict(previous._last_fatal)
             self._note = previous._note
 
