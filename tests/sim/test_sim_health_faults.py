@@ -283,6 +283,7 @@ def test_bad_health_faults_name_file_and_field(
     assert problem in str(raised.value)
 
 
+@pytest.mark.checkout_sources
 def test_the_events_one_fault_posts_are_bounded_alike_in_python_and_c() -> None:
     assert header_define("SIM_EVENT_QUEUE") == MAX_EVENTS
     assert "#define SIM_MAX_EVENTS SIM_EVENT_QUEUE\n" in HEADER.read_text()

@@ -43,6 +43,7 @@ def header_define(name: str) -> int:
     return int(match.group(1))
 
 
+@pytest.mark.checkout_sources
 def test_the_c_limits_are_gfds() -> None:
     assert header_define("SIM_MAX_GPUS") == MAX_GPUS
     assert header_define("SIM_MAX_MIG_DEVICES") == MAX_MIG_DEVICES
