@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +36,7 @@ if str(ROOT) not in sys.path:
     # The emulator lives in the test tree, which is not an installed package.
     sys.path.insert(0, str(ROOT))
 
+from _timing import median_us  # noqa: E402
 from reference import mig_machine  # noqa: E402
 
 from gfd.facts import NodeFacts  # noqa: E402
@@ -55,15 +54,6 @@ from tests.emulator import ApiServerEmulator, seed_gfd_cluster  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "dra.json"
 NODE = "gpu-node-0000"
 TOKEN = "gfd-token"
-
-
-def _median_us(fn: Callable[[], object], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e6
 
 
 def devices_of(facts: NodeFacts) -> list[dict[str, Any]]:
@@ -114,7 +104,7 @@ def list_cost(nodes: int, runs: int) -> dict[str, Any]:
                 deadline=client.deadline(),
                 query={"fieldSelector": f"spec.nodeName={NODE}", "resourceVersion": "0"},
             )
-            list_us = _median_us(reader.list, runs)
+            list_us = median_us(reader.list, runs)
         finally:
             client.close()
     return {"nodes": nodes, "list_us": list_us, "answer_bytes": len(answer.body)}
@@ -132,8 +122,8 @@ def compare_cost(name: str, facts: NodeFacts, runs: int) -> dict[str, Any]:
     return {
         "machine": name,
         "devices": len(found),
-        "parse_us": _median_us(lambda: published_devices(slices), runs),
-        "compare_us": _median_us(lambda: dra_problems(facts, found), runs),
+        "parse_us": median_us(lambda: published_devices(slices), runs),
+        "compare_us": median_us(lambda: dra_problems(facts, found), runs),
     }
 
 

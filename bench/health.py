@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from _timing import median_us  # noqa: E402
 from reference import mig_machine  # noqa: E402
 
 from gfd.facts import NodeFacts  # noqa: E402
@@ -34,15 +32,6 @@ from gfd.nvml.reader import NvmlReader  # noqa: E402
 from gfd.sim import load_profile, simulate  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "health.json"
-
-
-def _median_us(fn: Callable[[], object], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e6
 
 
 def _add_other_devices(sysfs_root: Path, count: int) -> None:
@@ -74,8 +63,8 @@ def measure(
             verdict = monitor.observe(read, node=node)
             if not verdict.decided:
                 raise SystemExit(f"{name}: the checks found a problem on a healthy machine")
-            steady_read = _median_us(reader.read, runs)
-            checks = _median_us(lambda: monitor.observe(read, node=node), runs)
+            steady_read = median_us(reader.read, runs)
+            checks = median_us(lambda: monitor.observe(read, node=node), runs)
         finally:
             reader.close()
     return {

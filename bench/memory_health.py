@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from _timing import median_us  # noqa: E402
 
 from gfd.facts import NodeFacts  # noqa: E402
 from gfd.health import MEMORY, XID, EventRules, HealthMonitor  # noqa: E402
@@ -33,15 +32,6 @@ from gfd.nvml.xid_events import XidWatcher  # noqa: E402
 from gfd.sim import load_profile, simulate, with_default_memory_health  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "memory_health.json"
-
-
-def _median_us(fn: Callable[[], object], runs: int) -> float:
-    samples = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e6
 
 
 def _read(facts: NodeFacts, runs: int) -> dict[str, Any]:
@@ -57,7 +47,7 @@ def _read(facts: NodeFacts, runs: int) -> dict[str, Any]:
             first = reader.last_calls
             reader.read()
             steady = reader.last_calls
-            steady_us = _median_us(reader.read, runs)
+            steady_us = median_us(reader.read, runs)
         finally:
             reader.close()
     return {"first_calls": first, "steady_calls": steady, "steady_read_us": steady_us}
@@ -82,7 +72,7 @@ def _checks(facts: NodeFacts, runs: int) -> float:
             )
             if not monitor.observe(read).decided:
                 raise SystemExit("the checks found a problem on a healthy machine")
-            return _median_us(lambda: monitor.observe(read), runs)
+            return median_us(lambda: monitor.observe(read), runs)
         finally:
             watcher.close()
             reader.close()
