@@ -6,7 +6,9 @@ median latency, and for the Xid event API: the supported event types, whether cr
 events can be registered, how long ``nvmlEventSetWait_v2`` takes to time out, and whether
 another thread's NVML calls are slowed while one thread waits (the design of the Xid
 watcher depends on that answer). Nothing here is needed at run time; the answers are kept
-as evidence under ``tests/records/real-gpu/`` (docs/testing.md).
+as evidence under ``tests/records/real-gpu/`` (docs/testing.md). Last, ``argument_edges``:
+how the driver answers odd arguments and set counts the simulator copies
+(``docs/simulator.md``, "Event sets").
 
     python scripts/nvml_health_probe.py [--repeat N] > probe.json
 """
@@ -175,6 +177,85 @@ def concurrent_calls(event_set: Any, handle: Any) -> dict[str, Any]:
     }
 
 
+def answer(call: Callable[[], Any]) -> dict[str, Any]:
+    """What one call returned, or the NVML error it raised."""
+    try:
+        return {"value": plain(call())}
+    except pynvml.NVMLError as exc:
+        return {"error": error_name(exc)}
+
+
+def argument_edges(handle: Any) -> dict[str, Any]:
+    """How the driver answers the arguments the simulator must refuse or accept alike.
+
+    Left out on purpose: ``nvmlDeviceGetRemappedRows`` with a NULL output pointer, which
+    crashes the real library (580.159.04) instead of answering INVALID_ARGUMENT.
+    """
+    unknown = 99
+    report: dict[str, Any] = {
+        "nvmlDeviceGetTotalEccErrors(unknown error type)": answer(
+            lambda: pynvml.nvmlDeviceGetTotalEccErrors(handle, unknown, pynvml.NVML_VOLATILE_ECC)
+        ),
+        "nvmlDeviceGetTotalEccErrors(unknown counter type)": answer(
+            lambda: pynvml.nvmlDeviceGetTotalEccErrors(
+                handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, unknown
+            )
+        ),
+        "nvmlDeviceGetRetiredPages(unknown cause)": answer(
+            lambda: pynvml.nvmlDeviceGetRetiredPages(handle, unknown)
+        ),
+        "nvmlDeviceRegisterEvents(NULL set)": answer(
+            lambda: pynvml.nvmlDeviceRegisterEvents(
+                handle, pynvml.nvmlEventTypeXidCriticalError, None
+            )
+        ),
+    }
+    event_set = pynvml.nvmlEventSetCreate()
+    try:
+        for name, types in (("none", 0), ("0x40", 0x40), ("1<<40", 1 << 40)):
+            report[f"nvmlDeviceRegisterEvents({name})"] = answer(
+                lambda types=types: pynvml.nvmlDeviceRegisterEvents(handle, types, event_set)
+            )
+    finally:
+        pynvml.nvmlEventSetFree(event_set)
+    report["event_sets_open_at_once (of 65 asked)"] = open_sets(65)
+    report["wait_on_a_set_another_thread_frees"] = wait_while_freed(3000)
+    return report
+
+
+def open_sets(wanted: int) -> int:
+    """How many event sets NVML lets this process hold at once, up to ``wanted``."""
+    sets = []
+    try:
+        for _ in range(wanted):
+            try:
+                sets.append(pynvml.nvmlEventSetCreate())
+            except pynvml.NVMLError:
+                break
+        return len(sets)
+    finally:
+        for event_set in sets:
+            pynvml.nvmlEventSetFree(event_set)
+
+
+def wait_while_freed(timeout_ms: int) -> dict[str, Any]:
+    """A wait on a set that another thread frees 0.2 s in: what it returns, and when."""
+    event_set = pynvml.nvmlEventSetCreate()
+    outcome: dict[str, Any] = {"timeout_ms": timeout_ms}
+
+    def wait() -> None:
+        start = time.perf_counter()
+        outcome.update(answer(lambda: pynvml.nvmlEventSetWait_v2(event_set, timeout_ms)))
+        outcome["elapsed_ms"] = round((time.perf_counter() - start) * 1e3, 1)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.2)
+    pynvml.nvmlEventSetFree(event_set)
+    waiter.join()
+    return outcome
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=200)
@@ -202,6 +283,7 @@ def main() -> int:
                 }
             )
         report["events"] = event_api(handles) if handles else {}
+        report["argument_edges"] = argument_edges(handles[0]) if handles else {}
         online = Path("/sys/devices/system/node/online")
         report["numa_nodes_online"] = (
             online.read_text(encoding="ascii").strip() if online.exists() else "absent"
