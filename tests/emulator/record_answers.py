@@ -21,8 +21,14 @@ identity that may only ``get`` nodes (``--reader-token``), for the denials. The 
 be installed for this run: the script probes the API server's own answers, and the
 emulator models no admission (``tests/deploy/admission_model.py`` judges the policies).
 
-``--emulator`` runs the script against the project's emulator instead (what CI does;
-a developer can diff it against the record).
+``--built`` says, for the record's header, how the server was built and run (its source
+commit, Go and etcd versions). A re-record keeps each case's ``note`` (why the server answers
+so, for a reader) while that case's request and answer are unchanged, and drops it otherwise.
+
+``--emulator`` runs the script against the project's emulator instead and compares every
+answer with the record (what CI does, ``tests/emulator/test_recorded_answers.py``); it
+exits 1 naming each case that differs. With ``--out`` it writes the emulator's answers
+there instead, never over the record.
 """
 
 from __future__ import annotations
@@ -38,7 +44,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.records.store import RECORDS_DIR, Record, inputs_sha256, today, write_record
+from tests.records.store import (
+    RECORDS_DIR,
+    Record,
+    RecordError,
+    inputs_sha256,
+    load_record,
+    today,
+    write_record,
+)
 
 RECORD = RECORDS_DIR / "kube-apiserver" / "answers.json"
 RERECORD = "python -m tests.emulator.record_answers --server URL ... (see its docstring)"
@@ -523,18 +537,104 @@ def emulator_target() -> tuple[Any, Target]:
     return emulator, Target(emulator.url, {"gfd": "gfd", "reader": "reader"}, names)
 
 
+#: The header's notes that do not depend on the run: what an answer keeps, what the script
+#: cannot ask, and what a case's ``note`` is.
+HEADER_NOTES = {
+    "normalised": (
+        "names of the run -> {node}, {namespace}, {nodefeature}, {missing}, {gfd_user}, "
+        "{reader_user}; resourceVersion values -> changed/unchanged against the last version "
+        "the script saw of that object; details.causes -> [field, reason] pairs; an "
+        "invalid-label message up to the value"
+    ),
+    "not covered": (
+        "admission (ValidatingAdmissionPolicy) denials: the emulator models no admission; "
+        "tests/deploy/admission_model.py and tests/realkube/test_admission.py judge the "
+        "policies. Faults (429, 5xx, dropped connections) a real server cannot produce on "
+        "demand."
+    ),
+    "case notes": (
+        "a case's 'note' explains its answer for a reader, as read in the published "
+        "Kubernetes source (k8s.io/apimachinery, k8s.io/apiserver, evanphx/json-patch v4); "
+        "it is not where the answer came from: 'answer' is what the server sent. A re-record "
+        "keeps a note while its case's request and answer are unchanged."
+    ),
+}
+
+
 def record_of(
-    answers: Mapping[str, dict[str, Any]], *, version: str, how: str, sources: Mapping[str, str]
+    answers: Mapping[str, dict[str, Any]],
+    *,
+    version: str,
+    how: str,
+    notes: Mapping[str, str],
 ) -> Record:
+    """The record of one run: each case's answer, and ``notes[case]`` as its ``note``."""
     cases: dict[str, dict[str, Any]] = {}
     for index, step in enumerate(SCRIPT):
         case = {"inputs_sha256": inputs_sha256(case_inputs(index)), "answer": answers[step.case]}
         case["what"] = step.what
-        if step.case in sources:
-            case["source"] = sources[step.case]
+        if step.case in notes:
+            case["note"] = notes[step.case]
         cases[step.case] = case
-    notes = {"how": how, "rerecord": RERECORD}
-    return Record(PROGRAM, version, today(), cases, notes)
+    header = {**HEADER_NOTES, "how": how, "rerecord": RERECORD}
+    return Record(PROGRAM, version, today(), cases, header)
+
+
+def kept_notes(previous: Record | None, answers: Mapping[str, dict[str, Any]]) -> dict[str, str]:
+    """The notes of the record being replaced whose case asks and answers as before (a note
+    explains one answer: a changed answer needs a new one)."""
+    if previous is None:
+        return {}
+    kept = {}
+    for index, step in enumerate(SCRIPT):
+        old = previous.cases.get(step.case, {})
+        if (
+            "note" in old
+            and old.get("inputs_sha256") == inputs_sha256(case_inputs(index))
+            and old.get("answer") == answers[step.case]
+        ):
+            kept[step.case] = old["note"]
+    return kept
+
+
+def differences(answers: Mapping[str, dict[str, Any]], record: Record) -> dict[str, str]:
+    """Case -> how its answer (or request) differs from what ``record`` holds; the cases
+    recorded but no longer in the script too."""
+    found = {}
+    for index, step in enumerate(SCRIPT):
+        recorded = record.cases.get(step.case)
+        if recorded is None:
+            found[step.case] = "not in the record"
+        elif recorded.get("inputs_sha256") != inputs_sha256(case_inputs(index)):
+            found[step.case] = "the request changed since the record was made"
+        elif recorded.get("answer") != answers[step.case]:
+            found[step.case] = (
+                f"answered {json.dumps(answers[step.case], sort_keys=True)}, "
+                f"recorded {json.dumps(recorded.get('answer'), sort_keys=True)}"
+            )
+    for case in sorted(set(record.cases) - {step.case for step in SCRIPT}):
+        found[case] = "recorded, but no longer in the script"
+    return found
+
+
+def compare_with_record(answers: Mapping[str, dict[str, Any]], path: Path) -> int:
+    """Print how ``answers`` compare with the record in ``path``; 0 when every one equals."""
+    try:
+        record = load_record(path)
+    except RecordError as error:
+        print(f"{error}; record it with: {RERECORD}", file=sys.stderr)
+        return 1
+    found = differences(answers, record)
+    equal = sum(step.case not in found for step in SCRIPT)
+    print(
+        f"{equal} of {len(SCRIPT)} answers equal the record {path} "
+        f"({record.program} {record.version}, {record.recorded})"
+    )
+    for case, how in found.items():
+        print(f"  {case}: {how}")
+    if found and any(how != "recorded, but no longer in the script" for how in found.values()):
+        print(f"  a changed request needs a new record: {RERECORD}")
+    return 1 if found else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -550,7 +650,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ca", help="the API server's CA certificate")
     parser.add_argument("--insecure", action="store_true", help="skip TLS verification")
     parser.add_argument("--version", default="", help="the server's version, e.g. v1.36.0")
-    parser.add_argument("--out", type=Path, default=RECORD, help=f"default: {RECORD}")
+    parser.add_argument(
+        "--built",
+        default="",
+        help="how the server was built and run (source commit, Go and etcd versions)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"where to write (default {RECORD}; with --emulator: compare with it instead)",
+    )
     args = parser.parse_args(argv)
 
     stop: Callable[[], None] = lambda: None  # noqa: E731 - nothing to stop for a real server
@@ -580,12 +689,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         version = args.version or "unknown"
         how = f"captured from a running kube-apiserver {version} by record_answers.py"
+        if args.built:
+            how = f"{how}: {args.built}"
     try:
         answers = run_script(target)
     finally:
         stop()
-    write_record(args.out, record_of(answers, version=version, how=how, sources={}))
-    print(f"{len(answers)} answers written to {args.out}")
+    if args.emulator and args.out is None:
+        return compare_with_record(answers, RECORD)
+    out = args.out or RECORD
+    notes = {}
+    if not args.emulator and out.exists():
+        notes = kept_notes(load_record(out), answers)
+    write_record(out, record_of(answers, version=version, how=how, notes=notes))
+    print(f"{len(answers)} answers written to {out}")
     return 0
 
 

@@ -888,8 +888,8 @@ class ApiServerEmulator:
             )
         if resource.custom and not metadata.get("resourceVersion"):
             # The generic registry names the resource (plural.group) where a kind belongs,
-            # and prints the uint64 0 as Go's %#v does.
-            problem = "Invalid value: 0x0: must be specified for an update"
+            # and prints the missing version as 0 (kube-apiserver 1.36.2's captured answer).
+            problem = "Invalid value: 0: must be specified for an update"
             raise _ApiError(
                 422,
                 "Invalid",
