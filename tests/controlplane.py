@@ -6,7 +6,8 @@ kube-apiserver (and, when asked, kube-controller-manager) from the directory nam
 authority, serving certificate, service-account signing key and issuer, RBAC
 authorization, the default admission plugins (ValidatingAdmissionPolicy among them)
 and an audit log of every request. It stops exactly the processes it started, by
-their ids, and nothing else.
+their ids, and nothing else. Its :class:`Etcd` runs etcd 3.4 (the one Debian ships) as
+well as later releases.
 
 The :class:`AdminClient` here is deliberately independent of gfd's own Kubernetes
 client: what judges gfd must not share its code. :class:`AuditLog` counts what the
@@ -306,6 +307,67 @@ class _Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
+class Etcd:
+    """One etcd member for a test control plane, on loopback ports of its own, its data and
+    log under ``workdir``; etcd 3.4 (the one Debian ships) and later."""
+
+    def __init__(self, binary: Path, workdir: Path) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        peer_url = f"http://127.0.0.1:{free_port()}"
+        self._process = _Process(
+            "etcd",
+            [
+                str(binary),
+                f"--data-dir={workdir / 'etcd'}",
+                # etcd 3.4 refuses a client URL to listen on without the one to advertise;
+                # later releases would advertise localhost's default port, where it is not.
+                f"--listen-client-urls={self.url}",
+                f"--advertise-client-urls={self.url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                "--unsafe-no-fsync",
+                # etcd 3.5 logs why it refuses its flags as a warning, then exits.
+                "--log-level=warn",
+            ],
+            workdir / "etcd.log",
+        )
+
+    @property
+    def process(self) -> _Process:
+        return self._process
+
+    def start(self) -> None:
+        """Start etcd and wait until it reports itself healthy."""
+        self._process.start()
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if not self._process.running():
+                raise ControlPlaneError(f"etcd exited:\n{self._process.tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as reply:
+                    if json.loads(reply.read()).get("health") == "true":
+                        return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        raise ControlPlaneError(
+            f"etcd not healthy after {START_SECONDS:.0f} s:\n{self._process.tail()}"
+        )
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """etcd stopped (SIGSTOP) inside the block: whatever stores in it hangs."""
+        os.kill(self._process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(self._process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self._process.stop()
+
+
 class ControlPlane:
     """etcd + kube-apiserver (+ kube-controller-manager on demand) under ``workdir``."""
 
@@ -314,7 +376,7 @@ class ControlPlane:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.pki = Pki.create(workdir / "pki")
-        self.etcd_url = f"http://127.0.0.1:{free_port()}"
+        self.etcd = Etcd(assets / "etcd", workdir)
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.audit_path = workdir / "audit.log"
@@ -322,18 +384,6 @@ class ControlPlane:
         self.admin = AdminClient(self.url, self.pki)
         self.audit = AuditLog(self.audit_path, self.admin)
         self.admin_kubeconfig = self._write_admin_kubeconfig()
-        self._etcd = _Process(
-            "etcd",
-            [
-                str(assets / "etcd"),
-                f"--data-dir={workdir / 'etcd'}",
-                f"--listen-client-urls={self.etcd_url}",
-                f"--listen-peer-urls=http://127.0.0.1:{free_port()}",
-                "--unsafe-no-fsync",
-                "--log-level=error",
-            ],
-            workdir / "etcd.log",
-        )
         self._apiserver = _Process(
             "kube-apiserver", self._apiserver_argv(), workdir / "kube-apiserver.log"
         )
@@ -344,7 +394,7 @@ class ControlPlane:
         p = self.pki
         return [
             str(self.assets / "kube-apiserver"),
-            f"--etcd-servers={self.etcd_url}",
+            f"--etcd-servers={self.etcd.url}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={self.port}",
@@ -380,26 +430,9 @@ class ControlPlane:
         return path
 
     def start(self) -> None:
-        self._etcd.start()
-        self._wait_etcd()
+        self.etcd.start()
         self.start_apiserver()
         self.version = self.admin.get("/version")["gitVersion"]
-
-    def _wait_etcd(self) -> None:
-        deadline = time.monotonic() + START_SECONDS
-        while time.monotonic() < deadline:
-            if not self._etcd.running():
-                raise ControlPlaneError(f"etcd exited:\n{self._etcd.tail()}")
-            try:
-                with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as reply:
-                    if b"true" in reply.read():
-                        return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise ControlPlaneError(
-            f"etcd not healthy after {START_SECONDS:.0f} s:\n{self._etcd.tail()}"
-        )
 
     def start_apiserver(self) -> None:
         self._apiserver.start()
@@ -421,14 +454,9 @@ class ControlPlane:
         """SIGKILL kube-apiserver (a crash, not a shutdown)."""
         self._apiserver.stop(signal.SIGKILL)
 
-    @contextlib.contextmanager
-    def etcd_paused(self) -> Iterator[None]:
+    def etcd_paused(self) -> contextlib.AbstractContextManager[None]:
         """etcd stopped (SIGSTOP) inside the block: the API server's storage hangs."""
-        os.kill(self._etcd.pid, signal.SIGSTOP)
-        try:
-            yield
-        finally:
-            os.kill(self._etcd.pid, signal.SIGCONT)
+        return self.etcd.paused()
 
     def start_controller_manager(self) -> None:
         """kube-controller-manager with the garbage collector (idempotent)."""
@@ -461,14 +489,14 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stop what this object started, newest first."""
-        for process in (self._controller_manager, self._apiserver, self._etcd):
+        for process in (self._controller_manager, self._apiserver, self.etcd.process):
             if process is not None:
                 process.stop()
 
     def describe_failure(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.tail()}"
-            for p in (self._etcd, self._apiserver, self._controller_manager)
+            for p in (self.etcd.process, self._apiserver, self._controller_manager)
             if p is not None
         )
 
