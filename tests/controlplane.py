@@ -319,8 +319,8 @@ class Etcd:
             [
                 str(binary),
                 f"--data-dir={workdir / 'etcd'}",
-                # etcd 3.4 refuses a client URL to listen on without the one to advertise;
-                # later releases would advertise localhost's default port, where it is not.
+                # etcd 3.4 and 3.5 refuse a client URL to listen on without one to advertise
+                # (their default, localhost:2379, is not where this member listens).
                 f"--listen-client-urls={self.url}",
                 f"--advertise-client-urls={self.url}",
                 f"--listen-peer-urls={peer_url}",
