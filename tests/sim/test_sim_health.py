@@ -231,8 +231,9 @@ def test_a_replayed_capture_answers_the_health_calls_as_the_real_gpu_did(
 ) -> None:
     probe = json.loads((capture / "probe.json").read_text())
     errors = {getattr(pynvml, name): name for name in dir(pynvml) if name.startswith("NVML_ERROR_")}
-    # The capture predates memory health in facts: its GPU gets the defaults, which the
-    # real driver's answers then judge.
+    # A capture whose facts predate memory health gets the defaults for its GPU; one made
+    # since serves the memory health gfd read on the real GPU. The real driver's answers
+    # judge either.
     with simulate_raw(with_default_memory_health(load_profile(str(capture / "facts.yaml")).facts)):
         nvml.nvmlInit()
         for real in probe["gpus"]:
