@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,20 +47,32 @@ def replayed_labels(capture: Path) -> dict[str, str]:
     return parse_label_lines(text)
 
 
-@pytest.fixture
-def replayed_h200(tmp_path: Path) -> Iterator[NodeFacts]:
-    """The H200's facts as gfd's reader reads them from the simulator serving the capture."""
-    with simulate(str(H200 / "facts.yaml")) as machine:
-        yield read_facts(
+def replayed_facts(capture: Path, scratch: Path) -> NodeFacts:
+    """The capture's facts as gfd's reader reads them from the simulator serving them."""
+    with simulate(str(capture / "facts.yaml")) as machine:
+        return read_facts(
             library_path=machine.library_path,
             sysfs_root=machine.sysfs_root,
-            machine_type_file=tmp_path / "absent",
+            machine_type_file=scratch / "absent",
         )
+
+
+@pytest.fixture
+def replayed_h200(tmp_path: Path) -> NodeFacts:
+    return replayed_facts(H200, tmp_path)
 
 
 def test_there_is_a_capture() -> None:
     assert CAPTURES, f"no capture under {RECORDS}"
     assert H200 in CAPTURES
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda path: path.name)
+def test_the_reader_reads_back_the_facts_gfd_read_on_the_real_machine(
+    capture: Path, tmp_path: Path
+) -> None:
+    captured = load_profile(str(capture / "facts.yaml")).facts
+    assert replayed_facts(capture, tmp_path) == captured
 
 
 @pytest.mark.parametrize("capture", CAPTURES, ids=lambda path: path.name)
