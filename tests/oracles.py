@@ -45,6 +45,8 @@ class Oracle:
     registry: str | None = None
     #: For a program no registry ships: the record CI replays in its place, if any.
     replayed_from: str | None = None
+    #: How to set ``env`` here, for a registry oracle that ``unpack.sh`` does not prepare.
+    setup: str = 'eval "$(../shared/oracles/unpack.sh DIR)" sets it'
 
 
 ORACLES: dict[str, Oracle] = {
@@ -62,6 +64,13 @@ ORACLES: dict[str, Oracle] = {
             "the export lists (.dynsym) of NVIDIA's real NVML libraries",
             default="../shared/reference/nvml-exports",
             registry="Debian non-free (read off its packages)",
+        ),
+        Oracle(
+            "etcd",
+            "ETCD_BIN",
+            "etcd, the one Debian ships (3.4), for the test control plane",
+            registry="Debian (etcd-server)",
+            setup="apt-get install etcd-server, then ETCD_BIN=$(command -v etcd)",
         ),
         Oracle("mock-nvml", "NVIDIA_MOCK_NVML_DIR", "NVIDIA's mock NVML (k8s-test-infra)"),
         Oracle(
@@ -112,7 +121,7 @@ def missing_reason(name: str) -> str | None:
     if location is None:
         if oracle.registry is None:
             return f"{oracle.env} is unset (point it at a build of the program)"
-        return f'{oracle.env} is unset (eval "$(../shared/oracles/unpack.sh DIR)" sets it)'
+        return f"{oracle.env} is unset ({oracle.setup})"
     if not location.exists():
         return f"{location} does not exist (set {oracle.env} to point elsewhere)"
     return None
