@@ -45,7 +45,11 @@ def pipeline(
                 version=os.environ.get("NFD_VERSION", old.version),
                 recorded=today(),
                 cases=_seen,
-                notes={**old.notes, "source": "captured from the real pipeline by this runner"},
+                notes={
+                    **old.notes,
+                    "source": "captured from the real pipeline by this runner: "
+                    + os.environ.get("GFD_RECORD_NFD_BUILT", "build not described"),
+                },
             ),
         )
 

@@ -184,12 +184,20 @@ def _main() -> int:
         action="store_true",
         help="run every case through the real NFD pipeline and rewrite the record",
     )
+    parser.add_argument(
+        "--built",
+        default="",
+        help="with --record: what was run (NFD's tag and commit, its client libraries, anything "
+        "changed to build it), kept as the record's provenance",
+    )
     args = parser.parse_args()
+    if args.record and not args.built:
+        parser.error("--record needs --built: the record must say what NFD build it captured")
     if not args.record:
         for case in CASES:
             print(f"{case.case_id}: {case.about}")
         return 0
-    env = {**os.environ, "GFD_RECORD_NFD": str(RECORD)}
+    env = {**os.environ, "GFD_RECORD_NFD": str(RECORD), "GFD_RECORD_NFD_BUILT": args.built}
     return subprocess.call(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          "tests/realkube/test_nfd_record.py"],
