@@ -12,9 +12,12 @@ subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from gfd import __version__
@@ -63,12 +66,31 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
             )
 
 
+def bundled_profiles() -> tuple[str, ...]:
+    """The simulator's bundled profiles: the ``*.yaml`` files of ``gfd/sim/profiles/``, the
+    one list of them. Found through the import system without running the simulator's
+    package (ctypes, the facts model), so that ``--help`` stays light."""
+    spec = importlib.util.find_spec("gfd.sim")
+    folders = spec.submodule_search_locations if spec is not None else None
+    if not folders:
+        return ()
+    return tuple(sorted(path.stem for path in (Path(folders[0]) / "profiles").glob("*.yaml")))
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _add_options(common)
     parser = _Parser(
         prog="gfd",
         description="GPU feature discovery for Kubernetes: label nodes with their NVIDIA GPUs.",
+        # Wrapped here, not by argparse, whose wrapping breaks a name at its hyphens.
+        epilog=textwrap.fill(
+            "bundled profiles for --simulate PROFILE: " + ", ".join(bundled_profiles()),
+            width=79,
+            break_on_hyphens=False,
+            break_long_words=False,
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"gfd {__version__}")
