@@ -58,6 +58,16 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
+# The Helm chart as plain manifests, by Helm's own engine (helm-python-sdk, from ci.lock),
+# without a helm binary: make chart VALUES=my-values.yaml > gfd.yaml (docs/deploy.md).
+# VALUES takes files in Helm's -f order, SET Helm's --set expressions. Only the manifests
+# reach stdout: setting up the environment, when needed, reports on stderr.
+chart:
+	@$(MAKE) -q $(STAMP) || $(MAKE) --no-print-directory $(STAMP) >&2
+	@$(BIN)/python scripts/render_chart.py $(foreach file,$(VALUES),--values $(file)) \
+		$(foreach expression,$(SET),--set $(expression)) \
+		$(if $(RELEASE),--release $(RELEASE)) $(if $(NAMESPACE),--namespace $(NAMESPACE))
+
 # Builds the container image with a local Docker engine (see docs/container.md);
 # on a machine with no image registry: BOOTSTRAP_BASE=1 make image
 image:
