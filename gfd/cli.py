@@ -3,8 +3,9 @@ failure in one error line and an exit status. What a command needs is assembled 
 :mod:`gfd.app`.
 
 Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot``),
-``labels`` (print the labels, publish nothing), ``facts`` (print what was read) and
-``topo`` (print the GPU topology matrix). Options may stand before or after the
+``labels`` (print the labels, publish nothing), ``facts`` (print what was read),
+``topo`` (print the GPU topology matrix) and ``cleanup`` (take gfd's labels, annotations,
+taint and condition off the Nodes, :mod:`gfd.cleanup`). Options may stand before or after the
 subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
 2 a usage or configuration error.
 """
@@ -101,6 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("--format", choices=("yaml", "json"), default="yaml")
     topo = commands.add_parser("topo", parents=[common], help="print the GPU topology matrix")
     topo.add_argument("--format", choices=("table", "json"), default="table")
+    cleanup = commands.add_parser(
+        "cleanup",
+        parents=[common],
+        help="remove gfd's labels, annotations, taint and GPUHealthy condition from the "
+        "node (--node-name) or every node (--all-nodes), for an uninstall",
+    )
+    cleanup.add_argument("--all-nodes", action="store_true", help="clean every node")
     return parser
 
 
@@ -163,6 +171,27 @@ def command_topo(settings: Settings, fmt: str, stdout: TextIO) -> int:
     return EXIT_OK
 
 
+def command_cleanup(settings: Settings, all_nodes: bool, stdout: TextIO) -> int:
+    """Take off the node, or every node, what gfd's node sink put there (gfd.cleanup)."""
+    import threading
+
+    from gfd.cleanup import clean_nodes, node_names
+    from gfd.kube_api import connect_kubernetes
+
+    if not all_nodes and not settings.node_name:
+        raise UsageError("cleanup: name the node (--node-name NODE or NODE_NAME) or --all-nodes")
+    client = connect_kubernetes(kubeconfig=settings.kubeconfig)
+    try:
+        stop = threading.Event()
+        names = node_names(client, stop) if all_nodes else [settings.node_name or ""]
+        report = clean_nodes(client, names, stop)
+    finally:
+        client.close()
+    stdout.write("".join(f"{line}\n" for line in report.lines()))
+    report.check()
+    return EXIT_OK
+
+
 def _quiet_broken_stdout(out: TextIO) -> None:
     """After EPIPE, point stdout at /dev/null so the exit flush does not complain."""
     try:
@@ -214,6 +243,8 @@ def main(
             code = command_facts(settings, namespace.format, out)
         elif command == "topo":
             code = command_topo(settings, namespace.format, out)
+        elif command == "cleanup":
+            code = command_cleanup(settings, namespace.all_nodes, out)
         else:
             from gfd.app.run import run_agent
 
@@ -223,7 +254,7 @@ def main(
     except BrokenPipeError:
         _quiet_broken_stdout(out)
         return EXIT_FAILED
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     except GfdError as exc:
