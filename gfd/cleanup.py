@@ -16,7 +16,9 @@ rules that wrote it:
   entry's position and type (:func:`gfd.health.condition.condition_removal`); a list that
   moved meanwhile fails the test, and the Node is read again.
 
-A Node gfd never wrote costs one read and no write; a second cleanup writes nothing. What
+Run at an uninstall, the cleanup first waits until gfd's agents are gone
+(:func:`wait_for_pods_gone`): one still running would label its node again at its next
+cycle. A Node gfd never wrote costs one read and no write; a second cleanup writes nothing. What
 lives elsewhere is not touched: the feature file on each node's disk (NFD keeps its labels
 until the file goes) and the NodeFeature objects (the garbage collector deletes them with
 gfd's DaemonSet); docs/deploy.md, "Uninstalling", says how to remove each.
@@ -42,6 +44,10 @@ log = get_logger()
 
 #: Nodes asked for per page of the list (the API server's chunking).
 LIST_PAGE = 500
+#: How long :func:`wait_for_pods_gone` waits by default, and how often it asks: a
+#: DaemonSet's pods end within their grace period (gfd's own stop takes a second).
+PODS_GONE_TIMEOUT = 120.0
+PODS_POLL_INTERVAL = 1.0
 
 
 class CleanupFailed(GfdError):
@@ -111,6 +117,47 @@ class CleanupReport:
 
 def _counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def wait_for_pods_gone(
+    client: KubeClient,
+    namespace: str,
+    selector: str,
+    stop: threading.Event,
+    *,
+    timeout: float = PODS_GONE_TIMEOUT,
+    poll_interval: float = PODS_POLL_INTERVAL,
+) -> None:
+    """Return once no Pod in ``namespace`` matches the label ``selector`` (gfd's agents,
+    being uninstalled); raise :class:`CleanupFailed` after ``timeout`` seconds."""
+    path = f"/api/v1/namespaces/{path_segment(namespace)}/pods"
+    started = client.clock()
+    while True:
+        response = client.request(
+            "GET",
+            path,
+            stop=stop,
+            deadline=client.deadline(),
+            query={"labelSelector": selector, "limit": str(LIST_PAGE)},
+        )
+        pods = response.json_object(f"the pods in {namespace}").get("items") or []
+        if not pods:
+            return
+        waited = client.clock() - started
+        if waited + poll_interval > timeout:
+            names = sorted(
+                str((pod.get("metadata") or {}).get("name"))
+                for pod in pods
+                if isinstance(pod, dict)
+            )
+            raise CleanupFailed(
+                f"cleanup: {_counted(len(pods), 'pod')} matching {selector} in {namespace} "
+                f"still there after {waited:.0f}s ({', '.join(names[:3])}); gfd's agents "
+                "could label again: delete them first, then run the cleanup"
+            )
+        log.info("waiting_for_pods", namespace=namespace, selector=selector, pods=len(pods))
+        if stop.wait(poll_interval):
+            raise CleanupFailed("cleanup: interrupted while waiting for gfd's pods to go")
 
 
 def node_names(client: KubeClient, stop: threading.Event) -> list[str]:

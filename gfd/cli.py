@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         "node (--node-name) or every node (--all-nodes), for an uninstall",
     )
     cleanup.add_argument("--all-nodes", action="store_true", help="clean every node")
+    cleanup.add_argument(
+        "--wait-for-pods",
+        metavar="SELECTOR",
+        help="first wait until no pod in the namespace (--namespace, or the pod's own) "
+        "matches this label selector: gfd's agents, which could label again",
+    )
     return parser
 
 
@@ -171,18 +177,24 @@ def command_topo(settings: Settings, fmt: str, stdout: TextIO) -> int:
     return EXIT_OK
 
 
-def command_cleanup(settings: Settings, all_nodes: bool, stdout: TextIO) -> int:
+def command_cleanup(
+    settings: Settings, all_nodes: bool, pods_selector: str | None, stdout: TextIO
+) -> int:
     """Take off the node, or every node, what gfd's node sink put there (gfd.cleanup)."""
     import threading
 
-    from gfd.cleanup import clean_nodes, node_names
+    from gfd.cleanup import clean_nodes, node_names, wait_for_pods_gone
     from gfd.kube_api import connect_kubernetes
 
     if not all_nodes and not settings.node_name:
         raise UsageError("cleanup: name the node (--node-name NODE or NODE_NAME) or --all-nodes")
+    if pods_selector and not settings.namespace:
+        raise UsageError("cleanup: --wait-for-pods needs the pods' namespace: --namespace")
     client = connect_kubernetes(kubeconfig=settings.kubeconfig)
     try:
         stop = threading.Event()
+        if pods_selector:
+            wait_for_pods_gone(client, settings.namespace or "", pods_selector, stop)
         names = node_names(client, stop) if all_nodes else [settings.node_name or ""]
         report = clean_nodes(client, names, stop)
     finally:
@@ -244,7 +256,7 @@ def main(
         elif command == "topo":
             code = command_topo(settings, namespace.format, out)
         elif command == "cleanup":
-            code = command_cleanup(settings, namespace.all_nodes, out)
+            code = command_cleanup(settings, namespace.all_nodes, namespace.wait_for_pods, out)
         else:
             from gfd.app.run import run_agent
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from gfd.cleanup import clean_node, clean_nodes, node_names
+from gfd.cleanup import CleanupFailed, clean_node, clean_nodes, node_names, wait_for_pods_gone
 from gfd.cli import main as gfd_main
+from gfd.config import SERVICE_ACCOUNT_NAMESPACE_FILE
 from gfd.health.condition import HealthState, NodeConditionWriter, Transition, node_condition
 from gfd.health.taint import NodeTaintWriter
 from gfd.kube_api import KubeClient, connect_kubernetes
@@ -27,7 +28,9 @@ from tests.emulator import ApiServerEmulator
 from tests.emulator.server import Principal
 from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by import
     FAST_RETRIES,
+    NAMESPACE,
     NODE,
+    POD,
     client,
     cluster,
     emulator,
@@ -58,7 +61,13 @@ LOST = HealthState(healthy=False, reason="GPULost", message="GPU 7 (0000:df:00.0
 #: (tests/helm/test_cleanup_hook.py holds the chart to this list).
 CLEANUP_USER = "system:serviceaccount:gpu-operator:gfd-cleanup"
 CLEANUP_RULES = frozenset(
-    {("get", "nodes"), ("list", "nodes"), ("patch", "nodes"), ("patch", "nodes/status")}
+    {
+        ("get", "nodes"),
+        ("list", "nodes"),
+        ("patch", "nodes"),
+        ("patch", "nodes/status"),
+        ("list", "pods", NAMESPACE),
+    }
 )
 CLEANUP_TOKEN = "gfd-cleanup-token"
 
@@ -271,3 +280,55 @@ def test_a_refused_write_fails_the_run_with_one_line_and_the_rest_is_done(
     assert captured.out.splitlines() == [
         "cleanup: 1 node, 0 cleaned, 0 with nothing of gfd's, 1 failed"
     ]
+
+
+AGENTS = "app.kubernetes.io/instance=gfd,app.kubernetes.io/component=agent"
+
+
+def test_the_cleanup_waits_for_gfd_s_pods_to_go_first(
+    emulator: ApiServerEmulator,  # noqa: F811
+    cleaner: KubeClient,
+    stop: threading.Event,  # noqa: F811
+) -> None:
+    # The emulator filters no label selector: gfd's pod is the namespace's only one.
+    timer = threading.Timer(0.3, emulator.delete_object, ("pods", POD, NAMESPACE))
+    timer.start()
+    try:
+        wait_for_pods_gone(cleaner, NAMESPACE, AGENTS, stop, timeout=10, poll_interval=0.05)
+    finally:
+        timer.cancel()
+    assert emulator.get("pods", POD, NAMESPACE) is None
+    lists = [r for r in emulator.requests if r.method == "GET" and r.path.endswith("/pods")]
+    assert len(lists) >= 2
+
+
+def test_pods_that_stay_fail_the_wait_with_one_line_naming_them(
+    emulator: ApiServerEmulator,  # noqa: F811
+    cleaner: KubeClient,
+    stop: threading.Event,  # noqa: F811
+) -> None:
+    with pytest.raises(CleanupFailed) as failure:
+        wait_for_pods_gone(cleaner, NAMESPACE, AGENTS, stop, timeout=0.3, poll_interval=0.05)
+    message = str(failure.value)
+    assert message.startswith(f"cleanup: 1 pod matching {AGENTS} in {NAMESPACE} still there")
+    assert POD in message and "\n" not in message
+
+
+def test_the_command_line_waits_in_the_namespace_it_is_given(
+    emulator: ApiServerEmulator,  # noqa: F811
+    client: KubeClient,  # noqa: F811
+    cleanup_kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    leave_as_gfd_does(emulator, client)
+    emulator.delete_object("pods", POD, NAMESPACE)
+    command = ["cleanup", "--all-nodes", "--kubeconfig", str(cleanup_kubeconfig)]
+    capsys.readouterr()
+    if not Path(SERVICE_ACCOUNT_NAMESPACE_FILE).exists():  # outside a pod: no namespace known
+        assert gfd_main([*command, "--wait-for-pods", AGENTS], env={}) == 2
+        assert capsys.readouterr().err == (
+            "gfd: error: cleanup: --wait-for-pods needs the pods' namespace: --namespace\n"
+        )
+    code = gfd_main([*command, "--wait-for-pods", AGENTS, "--namespace", NAMESPACE], env={})
+    assert code == 0
+    assert node_condition(emulator.node(NODE)) is None
