@@ -9,6 +9,8 @@ other byte; a second cleanup, and a cleanup of a Node gfd never touched, write n
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -21,7 +23,7 @@ from gfd.cli import main as gfd_main
 from gfd.config import SERVICE_ACCOUNT_NAMESPACE_FILE
 from gfd.health.condition import HealthState, NodeConditionWriter, Transition, node_condition
 from gfd.health.taint import NodeTaintWriter
-from gfd.kube_api import KubeClient, connect_kubernetes
+from gfd.kube_api import JSON_PATCH, KubeClient, connect_kubernetes
 from gfd.sinks import Publication
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
@@ -332,3 +334,35 @@ def test_the_command_line_waits_in_the_namespace_it_is_given(
     code = gfd_main([*command, "--wait-for-pods", AGENTS, "--namespace", NAMESPACE], env={})
     assert code == 0
     assert node_condition(emulator.node(NODE)) is None
+
+
+def documented_condition_patch(index: int) -> list[dict[str, Any]]:
+    """docs/deploy.md's kubectl JSON Patch for the condition, as its shell would pass it."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    section = text.split("### Removing it by hand", 1)[1]
+    (argument,) = re.findall(r'^  -p "(.+)"$', section, re.MULTILINE)
+    return list(json.loads(argument.replace('\\"', '"').replace("$((i-1))", str(index))))
+
+
+def test_the_documented_kubectl_patch_removes_the_condition_and_only_it(
+    emulator: ApiServerEmulator,  # noqa: F811
+    client: KubeClient,  # noqa: F811
+    cleaner: KubeClient,
+    stop: threading.Event,  # noqa: F811
+) -> None:
+    leave_as_gfd_does(emulator, client)
+    conditions = emulator.node(NODE)["status"]["conditions"]
+    index = [c["type"] for c in conditions].index("GPUHealthy")  # grep -n's line, less one
+    path = f"/api/v1/nodes/{NODE}/status"
+    stale = documented_condition_patch(index + 1)  # the list moved: the test fails, no change
+    refused = cleaner.request(
+        "PATCH", path, stop=stop, deadline=cleaner.deadline(), body=stale,
+        content_type=JSON_PATCH, accept_statuses=(422,),
+    )  # fmt: skip
+    assert refused.status == 422
+    assert emulator.node(NODE)["status"]["conditions"] == conditions
+    cleaner.request(
+        "PATCH", path, stop=stop, deadline=cleaner.deadline(),
+        body=documented_condition_patch(index), content_type=JSON_PATCH,
+    )  # fmt: skip
+    assert emulator.node(NODE)["status"]["conditions"] == [READY]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from tests.deploy.manifests import REPO_ROOT
-from tests.helm.chart import MATRIX, Manifest, load_chart
+from tests.helm.chart import MATRIX, Manifest, is_hook, load_chart
 
 SCRIPT = REPO_ROOT / "scripts" / "render_chart.py"
 # Helm's InstallOrder (helm.sh/helm/v4 pkg/release/util/kind_sorter.go) for the kinds the
@@ -52,9 +52,7 @@ def rendered_objects(stdout: str) -> list[Manifest]:
 
 
 def without_hooks(objects: list[Manifest]) -> list[Manifest]:
-    return [
-        obj for obj in objects if "helm.sh/hook" not in ((obj["metadata"].get("annotations")) or {})
-    ]
+    return [obj for obj in objects if not is_hook(obj)]
 
 
 def _key(obj: Manifest) -> str:
@@ -73,8 +71,12 @@ def test_the_script_renders_what_helm_renders_for_the_values(tmp_path: Path, nam
     done = run_script("--values", _values_file(tmp_path, name, MATRIX[name]))
     assert done.returncode == 0, done.stderr
     objects = rendered_objects(done.stdout)
-    expected = without_hooks(helm.template(MATRIX[name]))
+    everything = helm.template(MATRIX[name])
+    expected = without_hooks(everything)
     assert sorted(map(_key, objects)) == sorted(map(_key, expected))
+    # The uninstall's cleanup Job (a hook, with the node sink) is left out.
+    assert ("Job" in {obj["kind"] for obj in everything}) == (name in ("standalone", "all-sinks"))
+    assert "Job" not in {obj["kind"] for obj in objects}
     kinds = [obj["kind"] for obj in objects]
     assert kinds == sorted(kinds, key=KIND_ORDER.index)
     sources = [line for line in done.stdout.splitlines() if line.startswith("# Source: ")]
