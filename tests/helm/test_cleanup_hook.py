@@ -20,6 +20,7 @@ from tests.kube_fixtures import NAMESPACE
 from tests.test_cleanup import CLEANUP_RULES
 
 HOOK_KINDS = ["ClusterRole", "ClusterRoleBinding", "Job", "Role", "RoleBinding", "ServiceAccount"]
+POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_with_the_node_sink_uninstall_runs_the_cleanup_after_the_release_is_dele
     helm: Helm,
 ) -> None:
     found = hooks(helm.template({}))
-    assert sorted(obj["kind"] for obj in found) == HOOK_KINDS
+    assert sorted(obj["kind"] for obj in found) == sorted(HOOK_KINDS + POLICY_KINDS)
     for obj in found:
         annotations = obj["metadata"]["annotations"]
         assert annotations["helm.sh/hook"] == "post-delete"
@@ -47,6 +48,26 @@ def test_with_the_node_sink_uninstall_runs_the_cleanup_after_the_release_is_dele
             assert "hook-failed" in policy
     (job,) = find(found, "Job")
     assert int(job["metadata"]["annotations"]["helm.sh/hook-weight"]) == 0
+    # The policy narrowing the account is in force before the rights are granted.
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in found}
+    assert weights["ValidatingAdmissionPolicy"] < weights["ClusterRoleBinding"] < weights["Job"]
+
+
+def test_without_admission_policies_the_hook_has_none(helm: Helm) -> None:
+    kinds = sorted(obj["kind"] for obj in hooks(helm.template(MATRIX["no-admission-policies"])))
+    assert kinds == HOOK_KINDS
+
+
+def test_the_policy_names_the_cleanup_s_account_of_the_release(helm: Helm) -> None:
+    found = hooks(helm.template({}, release="gpu-labels", namespace="gpu-ops"))
+    policy = one(found, "ValidatingAdmissionPolicy")
+    (condition,) = policy["spec"]["matchConditions"]
+    user = "system:serviceaccount:gpu-ops:gpu-labels-gfd-cleanup"
+    assert condition["expression"] == f"request.userInfo.username == '{user}'"
+    assert one(found, "ValidatingAdmissionPolicyBinding")["spec"] == {
+        "policyName": "gpu-labels-gfd-cleanup",
+        "validationActions": ["Deny"],
+    }
 
 
 @pytest.mark.parametrize(
