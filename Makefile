@@ -4,27 +4,47 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# Two install stamps: what running gfd needs (make demo), then the test, lint and lock
+# toolchain on top (make test, lint, bench, lock, chart). Either order works: make test
+# alone builds the first stamp on its way.
+RUNTIME_STAMP := $(VENV)/.gfd-runtime
 STAMP  := $(VENV)/.gfd-installed
 C_SOURCES := $(wildcard gfd/*/*.c gfd/*/*.h)
 
-.PHONY: demo test lint bench image lock clean
+.PHONY: demo test lint bench chart image lock clean
 
-# Every dependency comes from requirements/ci.lock, hash-checked (pip included); gfd
-# itself is then installed editable without build isolation, from the locked setuptools
-# and nvidia-nvml-dev, so nothing unhashed is fetched. make lock regenerates the locks.
-$(STAMP): pyproject.toml setup.py $(C_SOURCES) requirements/ci.lock
+# Running gfd: the image's dependencies (requirements/image.lock: gfd with its kubernetes
+# and metrics extras) and what building gfd's C parts needs (requirements/build.lock), all
+# hash-checked; gfd itself is then installed editable without build isolation, so
+# nothing unhashed is fetched. make lock regenerates the locks.
+$(RUNTIME_STAMP): pyproject.toml setup.py $(C_SOURCES) requirements/image.lock requirements/build.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/ci.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/image.lock -r requirements/build.lock
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -c "import gfd.topology._builder, gfd.sim; gfd.sim.library_path()"
+	touch $(RUNTIME_STAMP)
+
+# Testing and linting: requirements/ci.lock (the test, lint and lock extras and pip
+# itself, pinned alike), hash-checked, on top of the runtime.
+$(STAMP): $(RUNTIME_STAMP) requirements/ci.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/ci.lock
 	touch $(STAMP)
 
-demo: $(STAMP)
-	@echo "== labels of a simulated DGX H100 (gfd --simulate dgx-h100 --oneshot --output-file -)"
-	@$(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level error
+# Each command is shown exactly as it runs, so it can be pasted from the repository root.
+DEMO_LABELS := $(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level error
+DEMO_TOPO   := $(BIN)/gfd --simulate dgx-h100 topo --log-level error
+
+demo: $(RUNTIME_STAMP)
+	@echo "== labels of a simulated DGX H100: $(DEMO_LABELS)"
+	@$(DEMO_LABELS)
 	@echo
-	@echo "== GPU topology (gfd --simulate dgx-h100 topo)"
-	@$(BIN)/gfd --simulate dgx-h100 topo --log-level error
+	@echo "== GPU topology: $(DEMO_TOPO)"
+	@$(DEMO_TOPO)
+	@echo
+	@echo "== gfd is installed in $(VENV). Run it as $(BIN)/gfd, or put it on PATH first:"
+	@echo "   . $(BIN)/activate"
+	@echo "   gfd --simulate dgx-a100 labels"
+	@echo "   (more in README.md, 'Using it')"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
@@ -37,6 +57,16 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
+
+# The Helm chart as plain manifests, by Helm's own engine (helm-python-sdk, from ci.lock),
+# without a helm binary: make chart VALUES=my-values.yaml > gfd.yaml (docs/deploy.md).
+# VALUES takes files in Helm's -f order, SET Helm's --set expressions. Only the manifests
+# reach stdout: setting up the environment, when needed, reports on stderr.
+chart:
+	@$(MAKE) -q $(STAMP) || $(MAKE) --no-print-directory $(STAMP) >&2
+	@$(BIN)/python scripts/render_chart.py $(foreach file,$(VALUES),--values $(file)) \
+		$(foreach expression,$(SET),--set $(expression)) \
+		$(if $(RELEASE),--release $(RELEASE)) $(if $(NAMESPACE),--namespace $(NAMESPACE))
 
 # Builds the container image with a local Docker engine (see docs/container.md);
 # on a machine with no image registry: BOOTSTRAP_BASE=1 make image

@@ -3,8 +3,9 @@ failure in one error line and an exit status. What a command needs is assembled 
 :mod:`gfd.app`.
 
 Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot``),
-``labels`` (print the labels, publish nothing), ``facts`` (print what was read) and
-``topo`` (print the GPU topology matrix). Options may stand before or after the
+``labels`` (print the labels, publish nothing), ``facts`` (print what was read),
+``topo`` (print the GPU topology matrix) and ``cleanup`` (take gfd's labels, annotations,
+taint and condition off the Nodes, :mod:`gfd.cleanup`). Options may stand before or after the
 subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
 2 a usage or configuration error.
 """
@@ -12,9 +13,12 @@ subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from gfd import __version__
@@ -63,12 +67,31 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
             )
 
 
+def bundled_profiles() -> tuple[str, ...]:
+    """The simulator's bundled profiles: the ``*.yaml`` files of ``gfd/sim/profiles/``, the
+    one list of them. Found through the import system without running the simulator's
+    package (ctypes, the facts model), so that ``--help`` stays light."""
+    spec = importlib.util.find_spec("gfd.sim")
+    folders = spec.submodule_search_locations if spec is not None else None
+    if not folders:
+        return ()
+    return tuple(sorted(path.stem for path in (Path(folders[0]) / "profiles").glob("*.yaml")))
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     _add_options(common)
     parser = _Parser(
         prog="gfd",
         description="GPU feature discovery for Kubernetes: label nodes with their NVIDIA GPUs.",
+        # Wrapped here, not by argparse, whose wrapping breaks a name at its hyphens.
+        epilog=textwrap.fill(
+            "bundled profiles for --simulate PROFILE: " + ", ".join(bundled_profiles()),
+            width=79,
+            break_on_hyphens=False,
+            break_long_words=False,
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"gfd {__version__}")
@@ -79,6 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("--format", choices=("yaml", "json"), default="yaml")
     topo = commands.add_parser("topo", parents=[common], help="print the GPU topology matrix")
     topo.add_argument("--format", choices=("table", "json"), default="table")
+    cleanup = commands.add_parser(
+        "cleanup",
+        parents=[common],
+        help="remove gfd's labels, annotations, taint and GPUHealthy condition from the "
+        "node (--node-name) or every node (--all-nodes), for an uninstall",
+    )
+    cleanup.add_argument("--all-nodes", action="store_true", help="clean every node")
+    cleanup.add_argument(
+        "--wait-for-pods",
+        metavar="SELECTOR",
+        help="first wait until no pod in the namespace (--namespace, or the pod's own) "
+        "matches this label selector: gfd's agents, which could label again",
+    )
     return parser
 
 
@@ -141,6 +177,33 @@ def command_topo(settings: Settings, fmt: str, stdout: TextIO) -> int:
     return EXIT_OK
 
 
+def command_cleanup(
+    settings: Settings, all_nodes: bool, pods_selector: str | None, stdout: TextIO
+) -> int:
+    """Take off the node, or every node, what gfd's node sink put there (gfd.cleanup)."""
+    import threading
+
+    from gfd.cleanup import clean_nodes, node_names, wait_for_pods_gone
+    from gfd.kube_api import connect_kubernetes
+
+    if not all_nodes and not settings.node_name:
+        raise UsageError("cleanup: name the node (--node-name NODE or NODE_NAME) or --all-nodes")
+    if pods_selector and not settings.namespace:
+        raise UsageError("cleanup: --wait-for-pods needs the pods' namespace: --namespace")
+    client = connect_kubernetes(kubeconfig=settings.kubeconfig)
+    try:
+        stop = threading.Event()
+        if pods_selector:
+            wait_for_pods_gone(client, settings.namespace or "", pods_selector, stop)
+        names = node_names(client, stop) if all_nodes else [settings.node_name or ""]
+        report = clean_nodes(client, names, stop)
+    finally:
+        client.close()
+    stdout.write("".join(f"{line}\n" for line in report.lines()))
+    report.check()
+    return EXIT_OK
+
+
 def _quiet_broken_stdout(out: TextIO) -> None:
     """After EPIPE, point stdout at /dev/null so the exit flush does not complain."""
     try:
@@ -192,6 +255,8 @@ def main(
             code = command_facts(settings, namespace.format, out)
         elif command == "topo":
             code = command_topo(settings, namespace.format, out)
+        elif command == "cleanup":
+            code = command_cleanup(settings, namespace.all_nodes, namespace.wait_for_pods, out)
         else:
             from gfd.app.run import run_agent
 
@@ -201,7 +266,7 @@ def main(
     except BrokenPipeError:
         _quiet_broken_stdout(out)
         return EXIT_FAILED
-    except ConfigError as exc:
+    except (ConfigError, UsageError) as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     except GfdError as exc:

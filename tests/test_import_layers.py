@@ -29,7 +29,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"gfd.nvml", "gfd.labels"},
         {"gfd.sim", "gfd.health"},
         {"gfd.sinks"},
-        {"gfd.agent"},
+        {"gfd.agent", "gfd.cleanup"},
         {"gfd.metrics", "gfd.config_watch", "gfd.process_title"},
         {"gfd.app"},
         {"gfd.cli"},

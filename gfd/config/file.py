@@ -74,9 +74,44 @@ _CONFIG_TREE: dict[str, Any] = {
         # Device-plugin flags that share the reference's config file; accepted and ignored.
         "plugin": "*",
     },
+    # Checked by parse_sharing, whose keys follow.
     "sharing": "*",
     "resources": "*",
 }
+#: ``sharing``'s strategies (MPS wins when both are given), the keys of each, and those of
+#: an entry of its ``resources`` list.
+SHARING_STRATEGIES = ("timeSlicing", "mps")
+SHARING_KEYS = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
+SHARED_RESOURCE_KEYS = ("name", "replicas", "rename", "devices")
+
+
+def config_keys() -> frozenset[str]:
+    """Every leaf key a config file may hold, dotted (``flags.gfd.oneshot``); the entries of
+    a list as ``[]`` (``sharing.mps.resources[].name``); a subtree gfd accepts without
+    reading it (the device plugin's) as ``.*`` (``flags.plugin.*``). The complete example
+    in docs/config-file.md is held to this set."""
+    keys: set[str] = set()
+
+    def walk(tree: Mapping[str, Any], at: str) -> None:
+        for key, schema in tree.items():
+            dotted = f"{at}{key}"
+            if isinstance(schema, dict):
+                walk(schema, f"{dotted}.")
+            elif key == "sharing" and not at:
+                for strategy in SHARING_STRATEGIES:
+                    for entry in SHARING_KEYS:
+                        if entry != "resources":
+                            keys.add(f"sharing.{strategy}.{entry}")
+                    keys.update(
+                        f"sharing.{strategy}.resources[].{field}" for field in SHARED_RESOURCE_KEYS
+                    )
+            elif schema == "*":
+                keys.add(f"{dotted}.*")
+            else:
+                keys.add(dotted)
+
+    walk(_CONFIG_TREE, "")
+    return frozenset(keys)
 
 
 @dataclass(frozen=True)
@@ -177,7 +212,7 @@ def parse_sharing(data: Any, path: str) -> Sharing | None:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
     for key in data:
-        if key not in ("timeSlicing", "mps"):
+        if key not in SHARING_STRATEGIES:
             raise ConfigError(
                 f"{where}.{shorten(str(key), 80)}: unknown key (expected timeSlicing or mps)"
             )
@@ -188,11 +223,10 @@ def parse_sharing(data: Any, path: str) -> Sharing | None:
     where = f"{where}.{chosen}"
     if not isinstance(block, Mapping):
         raise ConfigError(f"{where}: expected a mapping")
-    allowed = ("renameByDefault", "failRequestsGreaterThanOne", "resources")
     for key in block:
-        if key not in allowed:
+        if key not in SHARING_KEYS:
             raise ConfigError(
-                f"{where}.{shorten(str(key), 80)}: unknown key (expected one of: {', '.join(allowed)})"
+                f"{where}.{shorten(str(key), 80)}: unknown key (expected one of: {', '.join(SHARING_KEYS)})"
             )
     rename_by_default = _config_bool(block, "renameByDefault", where)
     fail_gt_one = _config_bool(block, "failRequestsGreaterThanOne", where)
@@ -221,7 +255,7 @@ def _parse_resource(item: Any, where: str) -> SharedResource:
     if not isinstance(item, Mapping):
         raise ConfigError(f"{where}: expected a mapping with name and replicas")
     for key in item:
-        if key not in ("name", "replicas", "rename", "devices"):
+        if key not in SHARED_RESOURCE_KEYS:
             raise ConfigError(
                 f"{where}.{shorten(str(key), 80)}: unknown key (expected name, replicas, rename, devices)"
             )

@@ -217,6 +217,25 @@ def condition_patch(state: HealthState, *, heartbeat: str, transition_time: str)
     }
 
 
+def condition_removal(node: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The JSON Patch (for ``nodes/<node>/status``) that removes the ``GPUHealthy`` entry
+    from the Node read as ``node``, or None when it has none (``gfd cleanup``). The entry
+    is tested by its position and type first: when the list moved since the read, the
+    patch fails (422) instead of removing another condition."""
+    status = node.get("status") if isinstance(node, Mapping) else None
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return None
+    for index, condition in enumerate(conditions):
+        if isinstance(condition, Mapping) and condition.get("type") == CONDITION_TYPE:
+            path = f"/status/conditions/{index}"
+            return [
+                {"op": "test", "path": f"{path}/type", "value": CONDITION_TYPE},
+                {"op": "remove", "path": path},
+            ]
+    return None
+
+
 def event_body(
     transition: Transition, *, node: Mapping[str, Any] | None, node_name: str, now: float
 ) -> dict[str, Any]:

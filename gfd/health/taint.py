@@ -308,6 +308,15 @@ class NodeTaintWriter:
         if plan is not None and plan.change in ("added", "changed", "removed"):
             self._record(plan, state)
 
+    def remove_own(self, node: Mapping[str, Any]) -> Taint | None:
+        """Remove gfd's taint and its record from the Node read as ``node`` (``gfd
+        cleanup``, for an uninstall): the same plan and guarded write as a healthy cycle's,
+        but no Event. Returns the taint removed (None: gfd had none there; a record that
+        outlived its taint is dropped all the same). Raises :class:`~gfd.errors.SinkError`."""
+        self._node = node
+        plan = self._apply(node, None)
+        return plan.before if plan is not None else None
+
     def _apply(self, node: Mapping[str, Any], wanted: Taint | None) -> TaintPlan | None:
         """Write the plan for ``node``, re-reading and re-planning after a lost race;
         returns the plan written (None: nothing to write)."""

@@ -5,6 +5,11 @@ A feature file is what node-feature-discovery's ``local`` source reads from its
 its format and how it is replaced:
 
 - sorted ``key=value`` lines, so equal labels give equal bytes;
+- the features directory created when it is missing, parents included, each with mode
+  0755 (less the umask), as ``mkdir -p`` would: NVIDIA's GFD did so before v0.16 (its
+  staging directory's ``MkdirAll`` made the folder), the kubelet makes its ``hostPath``
+  (``DirectoryOrCreate``) so, and a first run on a node without NFD yet should not fail
+  for want of a folder;
 - optionally a leading ``# +expiry-time=<RFC3339>`` directive, so NFD drops the
   labels of an agent that died; the expiry is refreshed when half of it has passed,
   not every cycle;
@@ -54,7 +59,10 @@ from pathlib import Path
 from typing import TextIO
 
 from gfd.errors import SinkError, SinkPermanentError
+from gfd.logs import get_logger
 from gfd.sinks import Publication
+
+log = get_logger()
 
 #: NFD skips a feature file larger than this, whole.
 NFD_MAX_FILE_BYTES = 65536
@@ -90,6 +98,17 @@ def _kind_of(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def _absent(path: Path) -> bool:
+    """Nothing is at ``path``; what cannot be inspected is left to ``mkdir`` to report."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def render_labels(labels: Mapping[str, str]) -> str:
@@ -237,14 +256,7 @@ class FeatureFileSink:
             self._refuse(_kind_of(mode))
 
     def _replace(self, content: bytes) -> None:
-        directory = self.path.parent
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise SinkPermanentError(
-                f"feature file {self.path}: cannot create a temporary file in {directory}: "
-                f"{exc.strerror}"
-            ) from exc
+        dir_fd = self._open_directory()
         try:
             self._check_regular(dir_fd)
             stage_fd = self._open_staging(dir_fd)
@@ -259,11 +271,51 @@ class FeatureFileSink:
         finally:
             os.close(dir_fd)
 
+    def _open_directory(self) -> int:
+        """The features directory's descriptor; a missing directory is created first."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        try:
+            return os.open(self.path.parent, flags)
+        except FileNotFoundError:
+            self._create_directory()
+        except OSError as exc:
+            raise self._unusable_directory(exc) from exc
+        try:
+            return os.open(self.path.parent, flags)
+        except OSError as exc:
+            raise self._unusable_directory(exc) from exc
+
+    def _unusable_directory(self, exc: OSError) -> SinkPermanentError:
+        return SinkPermanentError(
+            f"feature file {self.path}: cannot create a temporary file in "
+            f"{self.path.parent}: {exc.strerror}"
+        )
+
+    def _create_directory(self) -> None:
+        """Create the missing features directory and its missing parents, top down, each
+        with :data:`DIRECTORY_MODE` (see the module docstring)."""
+        directory = self.path.parent
+        missing = [folder for folder in (directory, *directory.parents) if _absent(folder)]
+        for folder in reversed(missing):
+            try:
+                os.mkdir(folder, DIRECTORY_MODE)
+            except FileExistsError:
+                continue  # made meanwhile by another writer (NFD, the kubelet, another gfd)
+            except OSError as exc:
+                raise SinkPermanentError(
+                    f"feature file {self.path}: its folder {directory} does not exist and "
+                    f"{folder} cannot be created: {exc.strerror}; create it, or choose "
+                    "another --output-file"
+                ) from exc
+        if missing:
+            log.info("feature_file_directory_created", directory=str(directory))
+
     def _prepare_staging(self) -> None:
-        """Create the staging directory now: its creation is an event for NFD's worker,
-        best long past by the first write. Whatever goes wrong is left to the write."""
-        with contextlib.suppress(OSError):
-            dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        """Create the features directory when missing, and the staging directory, now:
+        each creation is an event for NFD's worker, best long past by the first write.
+        Whatever goes wrong is left to the write, which reports it."""
+        with contextlib.suppress(OSError, SinkPermanentError):
+            dir_fd = self._open_directory()
             try:
                 os.mkdir(self.staging_name, DIRECTORY_MODE, dir_fd=dir_fd)
             finally:

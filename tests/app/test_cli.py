@@ -163,9 +163,9 @@ def test_durations_as_an_operator_writes_them(tmp_path: Path) -> None:
 
 
 def test_oneshot_failure_is_non_zero_with_one_line_reason(tmp_path: Path) -> None:
-    run = gfd(
-        "--simulate", "t4-single", "--oneshot", "--output-file", str(tmp_path / "missing" / "gfd")
-    )
+    (tmp_path / "a-file").write_text("a file where the features folder should be")
+    output = tmp_path / "a-file" / "features.d" / "gfd"
+    run = gfd("--simulate", "t4-single", "--oneshot", "--output-file", str(output))
     assert run.returncode == 1
     last = run.stderr.strip().splitlines()[-1]
     assert last.startswith("gfd: error: feature-file:") and "cannot create" in last

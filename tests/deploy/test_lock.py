@@ -127,6 +127,32 @@ def test_ci_installs_from_its_lock_with_hashes() -> None:
     assert re.search(r"^lock: .*\n\tscripts/lock\.sh$", makefile, re.MULTILINE)
 
 
+def _recipe(makefile: str, target: str) -> tuple[str, str]:
+    """The prerequisites and the recipe of ``target`` in the Makefile's text."""
+    match = re.search(rf"^{re.escape(target)}:(.*)\n((?:\t.*\n)*)", makefile, re.MULTILINE)
+    assert match, f"no rule for {target}"
+    return match[1], match[2]
+
+
+def test_make_demo_installs_only_what_running_gfd_needs() -> None:
+    """make demo's stamp: the image's runtime lock and the build lock, never ci.lock's
+    test and lint tools; make test's stamp puts ci.lock on top of it."""
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    demo_needs, _ = _recipe(makefile, "demo")
+    assert demo_needs.split() == ["$(RUNTIME_STAMP)"]
+    runtime_needs, runtime = _recipe(makefile, "$(RUNTIME_STAMP)")
+    installs = [line for line in runtime.splitlines() if "pip install" in line]
+    assert installs[0].endswith(
+        "--require-hashes -r requirements/image.lock -r requirements/build.lock"
+    )
+    assert "ci.lock" not in runtime + runtime_needs
+    full_needs, full = _recipe(makefile, "$(STAMP)")
+    assert full_needs.split() == ["$(RUNTIME_STAMP)", "requirements/ci.lock"]
+    assert "-r requirements/ci.lock" in full
+    for target in ("test", "lint", "bench", "lock"):
+        assert _recipe(makefile, target)[0].split() == ["$(STAMP)"], target
+
+
 def test_the_base_image_is_an_exact_tag_or_a_digest() -> None:
     text = (REPO_ROOT / "Dockerfile").read_text(encoding="utf-8")
     (default,) = re.findall(r"^ARG BASE_IMAGE=(\S+)$", text, re.MULTILINE)

@@ -13,6 +13,7 @@ from gfd.health import CONDITION_TYPE, FAILING, OK, REASONS, HealthState, Transi
 from gfd.health.check import CheckResult, Problem, Verdict
 from gfd.health.condition import (
     condition_patch,
+    condition_removal,
     event_body,
     node_condition,
     state_from_condition,
@@ -108,3 +109,16 @@ def test_a_recovery_event_says_what_it_recovered_from() -> None:
     # No Node read yet: the Event names the Node without its uid.
     assert body["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"}
     assert body["firstTimestamp"] == body["lastTimestamp"] == "2026-01-01T00:00:00Z"
+
+
+def test_the_condition_s_removal_tests_its_position_and_type() -> None:
+    ready = {"type": "Ready", "status": "True"}
+    mine = {"type": CONDITION_TYPE, "status": "False", "reason": "GPULost"}
+    node = {"status": {"conditions": [ready, {"type": "DiskPressure"}, mine]}}
+    assert condition_removal(node) == [
+        {"op": "test", "path": "/status/conditions/2/type", "value": CONDITION_TYPE},
+        {"op": "remove", "path": "/status/conditions/2"},
+    ]
+    assert condition_removal({"status": {"conditions": [ready]}}) is None
+    assert condition_removal({"status": {}}) is None
+    assert condition_removal({}) is None

@@ -287,6 +287,11 @@ def strip_helm_labels(obj: Manifest) -> Manifest:
     return obj
 
 
+def is_hook(obj: Manifest) -> bool:
+    """A Helm hook: run at a stage of the release (the uninstall's cleanup), not kept with it."""
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
 def identity(obj: Manifest) -> tuple[str, str | None, str]:
     return obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]
 

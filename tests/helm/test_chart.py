@@ -27,6 +27,7 @@ from tests.helm.chart import (
     SHARING_CONFIG,
     Helm,
     by_identity,
+    is_hook,
     load_chart,
     render_with_components,
     strip_helm_labels,
@@ -88,12 +89,14 @@ def test_every_object_passes_the_schema(helm: Helm, case: str) -> None:
 
 def chart_as_deploy(helm: Helm, values: dict[str, Any]) -> dict[Any, dict[str, Any]]:
     """The chart's objects for release "gfd" in deploy/'s namespace, normalised to compare
-    with the overlay. The one normalisation: Helm's release bookkeeping labels
+    with the overlay. Two normalisations: Helm's release bookkeeping labels
     (``app.kubernetes.io/instance``, ``managed-by``, ``version``, ``helm.sh/chart``) come
     off metadata, selectors and pod templates; Helm adds them to every object it manages
-    and deploy/ has no release to name. Nothing else is touched: every other field, the
+    and deploy/ has no release to name. And Helm's hooks are left out (the uninstall's
+    cleanup, tests/helm/test_cleanup_hook.py): they exist only during a release's install
+    or uninstall, which deploy/ has not. Nothing else is touched: every other field, the
     policies' CEL text included, must be equal as rendered."""
-    return by_identity([strip_helm_labels(o) for o in helm.template(values)])
+    return by_identity([strip_helm_labels(o) for o in helm.template(values) if not is_hook(o)])
 
 
 def kustomize_as_chart(
@@ -396,11 +399,14 @@ def test_metrics_off_removes_the_probes(helm: Helm) -> None:
 def test_release_names_and_namespace_reach_the_policy_text(helm: Helm) -> None:
     objects = helm.template(MATRIX["all-sinks"], release="gpu-labels", namespace="gpu-ops")
     user = "'system:serviceaccount:gpu-ops:gpu-labels-gfd'"
-    policies = find(objects, "ValidatingAdmissionPolicy")
+    # The uninstall's cleanup has a policy of its own (tests/helm/test_cleanup_hook.py).
+    policies = [p for p in find(objects, "ValidatingAdmissionPolicy") if not is_hook(p)]
     assert len(policies) == 4
     for policy in policies:
         assert user in policy["spec"]["matchConditions"][0]["expression"]
-    for binding in find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding"):
+    bindings = find(objects, "ClusterRoleBinding") + find(objects, "RoleBinding")
+    # The uninstall's cleanup binds its own account (tests/helm/test_cleanup_hook.py).
+    for binding in [b for b in bindings if not is_hook(b)]:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "gpu-labels-gfd", "namespace": "gpu-ops"}
         ]
@@ -427,6 +433,9 @@ REFUSED = [
     ({"healthTaint": {"enabled": "yes"}}, "/healthTaint/enabled"),
     ({"healthTaint": {"effect": "PreferNoSchedule"}}, "/healthTaint/effect"),
     ({"healthTaint": {"key": "example.com/x"}}, "key"),
+    ({"cleanup": {"onUninstall": "yes"}}, "/cleanup/onUninstall"),
+    ({"cleanup": {"timeoutSeconds": 5}}, "/cleanup/timeoutSeconds"),
+    ({"cleanup": {"timeout": "5m"}}, "timeout"),
 ]
 
 

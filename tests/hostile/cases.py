@@ -527,8 +527,13 @@ OUTPUT = [
            process=True),
     output("dot-file", None, args=("-o", "{tmp}/.out"),
            line="gfd: error: feature file {tmp}/.out: NFD ignores files whose names begin with '.'"),
-    output("missing-directory", None, args=("-o", "{tmp}/absent/gfd"),
-           line="gfd: error: feature-file: feature file {tmp}/absent/gfd: cannot create a temporary file in {tmp}/absent"),
+    # A missing folder is made (as mkdir -p); these two cannot be.
+    output("folder-under-a-file", None, args=("-o", "{tmp}/afile/features.d/gfd"),
+           files={"afile": b"a file where a folder should be\n"}, untouched=("{tmp}/afile",),
+           line="gfd: error: feature-file: feature file {tmp}/afile/features.d/gfd: cannot create a temporary file in {tmp}/afile/features.d: Not a directory"),
+    output("folder-under-a-dangling-symlink", None, args=("-o", "{tmp}/gone/features.d/gfd"),
+           files={"gone": Symlink("{tmp}/nowhere")},
+           line="gfd: error: feature-file: feature file {tmp}/gone/features.d/gfd: its folder {tmp}/gone/features.d does not exist and {tmp}/gone/features.d cannot be created: No such file or directory"),
 ]  # fmt: skip
 
 ALL: list[Case] = [*FLAGS, *ENV, *CONFIG, *FACTS, *KUBECONFIG, *NODE, *OUTPUT]

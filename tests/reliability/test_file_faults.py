@@ -288,12 +288,14 @@ def test_a_reader_polling_during_rewrites_sees_only_whole_files(tmp_path: Path) 
 # Paths that can never work
 
 
-@pytest.mark.parametrize("where", ["missing-directory", "is-a-directory", "dot-file"])
+@pytest.mark.parametrize("where", ["under-a-file", "is-a-directory", "dot-file"])
 def test_an_impossible_output_path_is_a_one_line_error(
     tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    (tmp_path / "a-file").write_text("a file where a folder should be")
     path = {
-        "missing-directory": tmp_path / "absent" / "gfd",
+        # A missing folder is made (tests/sinks/test_featurefile.py); one under a file cannot be.
+        "under-a-file": tmp_path / "a-file" / "features.d" / "gfd",
         "is-a-directory": tmp_path,
         "dot-file": tmp_path / ".gfd",
     }[where]

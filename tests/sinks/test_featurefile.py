@@ -116,9 +116,67 @@ def test_oversized_file_is_refused_and_previous_kept(tmp_path: Path) -> None:
     assert read_features_dir(tmp_path, T0) == LABELS
 
 
-def test_missing_directory_is_a_clear_permanent_error(tmp_path: Path) -> None:
-    with pytest.raises(SinkPermanentError, match="cannot create a temporary file in"):
-        FeatureFileSink(tmp_path / "absent" / "gfd", event_spacing=0).publish(Publication(LABELS))
+def _umask() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    raise AssertionError("no Umask line in /proc/self/status")
+
+
+def test_a_missing_features_directory_is_made_with_its_parents_when_the_sink_is(
+    tmp_path: Path,
+) -> None:
+    # NVIDIA's GFD before v0.16 made it with Go's os.MkdirAll(dir, 0777) (under umask 022:
+    # 0755, parents included), and the kubelet's DirectoryOrCreate hostPath makes it 0755.
+    features = tmp_path / "etc" / "kubernetes" / "node-feature-discovery" / "features.d"
+    sink = FeatureFileSink(features / "gfd", event_spacing=0)
+    made = [tmp_path / "etc", features.parent.parent, features.parent, features]
+    for folder in made:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755 & ~_umask(), folder
+    # Made when the sink is: NFD's event for it is long past at the first write.
+    assert (features / ".gfd.staging").is_dir()
+    assert sink.publish(Publication(LABELS)) is True
+    assert read_features_dir(features, T0) == LABELS
+
+
+def test_a_features_directory_removed_while_running_is_made_again(tmp_path: Path) -> None:
+    features = tmp_path / "features.d"
+    sink = FeatureFileSink(features / "gfd", event_spacing=0)
+    sink.publish(Publication(LABELS))
+    for entry in sorted(features.rglob("*"), reverse=True):
+        entry.rmdir() if entry.is_dir() else entry.unlink()
+    features.rmdir()
+    assert sink.publish(Publication(LABELS)) is True
+    assert read_features_dir(features, T0) == LABELS
+
+
+@pytest.mark.parametrize(
+    ("planted", "expected"),
+    [
+        ("file", "cannot create a temporary file in {features}: Not a directory"),
+        (
+            "dangling-symlink",
+            "its folder {features} does not exist and {features} cannot be created: "
+            "No such file or directory; create it, or choose another --output-file",
+        ),
+    ],
+)
+def test_a_features_directory_that_cannot_be_made_is_one_clear_permanent_error(
+    tmp_path: Path, planted: str, expected: str
+) -> None:
+    etc = tmp_path / "etc"
+    if planted == "file":
+        etc.write_text("a file where a folder should be")
+    else:
+        etc.symlink_to(tmp_path / "nowhere")
+    features = etc / "features.d"
+    sink = FeatureFileSink(features / "gfd", event_spacing=0)  # the failure is left to the write
+    with pytest.raises(SinkPermanentError) as failure:
+        sink.publish(Publication(LABELS))
+    message = str(failure.value)
+    assert "\n" not in message
+    assert expected.format(features=features) in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etc"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores directory permissions")
