@@ -3,10 +3,11 @@ failure in one error line and an exit status. What a command needs is assembled 
 :mod:`gfd.app`.
 
 Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot``),
-``labels`` (print the labels, publish nothing), ``facts`` (print what was read) and
-``topo`` (print the GPU topology matrix). Options may stand before or after the
-subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
-2 a usage or configuration error.
+``labels`` (print the labels, publish nothing), ``facts`` (print what was read),
+``topo`` (print the GPU topology matrix) and ``doctor`` (check each link from the GPU to
+the labels on the Node, :mod:`gfd.doctor`). Options may stand before or after the
+subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run (for
+``doctor``: a problem found), 2 a usage or configuration error.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     facts.add_argument("--format", choices=("yaml", "json"), default="yaml")
     topo = commands.add_parser("topo", parents=[common], help="print the GPU topology matrix")
     topo.add_argument("--format", choices=("table", "json"), default="table")
+    doctor = commands.add_parser(
+        "doctor", parents=[common], help="check why labels are missing; change nothing"
+    )
+    doctor.add_argument("--format", choices=("text", "json"), default="text")
     return parser
 
 
@@ -141,6 +146,17 @@ def command_topo(settings: Settings, fmt: str, stdout: TextIO) -> int:
     return EXIT_OK
 
 
+def command_doctor(
+    settings: Settings, fmt: str, environment: Mapping[str, str], stdout: TextIO
+) -> int:
+    """One line per link of the chain; a problem found exits non-zero."""
+    from gfd.doctor import diagnose, found_a_problem, render
+
+    findings = diagnose(settings, environment=environment)
+    stdout.write(render(findings, fmt))
+    return EXIT_FAILED if found_a_problem(findings) else EXIT_OK
+
+
 def _quiet_broken_stdout(out: TextIO) -> None:
     """After EPIPE, point stdout at /dev/null so the exit flush does not complain."""
     try:
@@ -182,9 +198,12 @@ def main(
     # After parsing: --version and --help end above without loading the logging stack.
     from gfd.logs import configure_logging, get_logger
 
-    configure_logging(settings.log_level)
-    log = get_logger()
     command = namespace.command or "run"
+    # The doctor's report says what its checks found; their logs would say it twice. Only
+    # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
+    quiet = command == "doctor" and "log_level" not in explicit
+    configure_logging("error" if quiet else settings.log_level)
+    log = get_logger()
     try:
         if command == "labels":
             code = command_labels(settings, out, log)
@@ -192,6 +211,8 @@ def main(
             code = command_facts(settings, namespace.format, out)
         elif command == "topo":
             code = command_topo(settings, namespace.format, out)
+        elif command == "doctor":
+            code = command_doctor(settings, namespace.format, environment, out)
         else:
             from gfd.app.run import run_agent
 
