@@ -84,6 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", parents=[common], help="check why labels are missing; change nothing"
     )
     doctor.add_argument("--format", choices=("text", "json"), default="text")
+    doctor.add_argument(
+        "--from-pid",
+        type=int,
+        metavar="PID",
+        help="check the configuration of the gfd agent running as process PID (in gfd's "
+        "pod: 1); flags given here win over the agent's",
+    )
     return parser
 
 
@@ -100,6 +107,18 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
             raw = getattr(namespace, option.name)
             explicit[option.name] = convert(option, raw, option.flag, from_text=True)
     return namespace, explicit
+
+
+def agent_settings(pid: int) -> dict[str, Any]:
+    """The settings gfd process ``pid`` was given on its command line (``doctor --from-pid``)."""
+    from gfd.doctor.agent_command import agent_arguments
+
+    words = agent_arguments(pid)
+    try:
+        _, explicit = parse_command_line(words)
+    except UsageError as exc:
+        raise UsageError(f"--from-pid {pid}: the agent's command line: {exc}") from exc
+    return explicit
 
 
 # --------------------------------------------------------------------------- #
@@ -190,6 +209,8 @@ def main(
     out = stdout if stdout is not None else sys.stdout
     try:
         namespace, explicit = parse_command_line(arguments)
+        if getattr(namespace, "from_pid", None) is not None:
+            explicit = {**agent_settings(namespace.from_pid), **explicit}
         settings = resolve_settings(explicit, environment)
         check_machine_type_file(settings)
     except (UsageError, ConfigError) as exc:

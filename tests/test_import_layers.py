@@ -60,7 +60,7 @@ INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
     "gfd.doctor": tuple(
         frozenset(layer)
         for layer in (
-            {"gfd.doctor.finding", "gfd.doctor.api"},
+            {"gfd.doctor.finding", "gfd.doctor.api", "gfd.doctor.agent_command"},
             {"gfd.doctor.examination"},
             {"gfd.doctor.checks"},
             {"gfd.doctor.registry", "gfd.doctor.report"},

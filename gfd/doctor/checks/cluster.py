@@ -17,7 +17,7 @@ from gfd.kube_api import KubeApiError, KubeApiPermanentError
 
 #: What lets the doctor look at the cluster when no sink needs it.
 LOOK_AT_THE_CLUSTER = (
-    "run it in gfd's pod (kubectl exec -n gfd ds/gfd -- gfd doctor) or pass --kubeconfig "
+    "run it in gfd's pod (kubectl exec -n gpu-feature-discovery ds/gfd -- gfd doctor --from-pid 1) or pass --kubeconfig "
     "PATH of a user that may get this node, to check NFD's labels and the device plugin"
 )
 REACH_THE_SERVER = (
