@@ -83,7 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = commands.add_parser(
         "doctor", parents=[common], help="check why labels are missing; change nothing"
     )
-    doctor.add_argument("--format", choices=("text", "json"), default="text")
+    doctor.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: one line per check; json: a list of {check, state, message, fix}",
+    )
     doctor.add_argument(
         "--from-pid",
         type=int,

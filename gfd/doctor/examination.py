@@ -197,7 +197,9 @@ class Examination:
         try:
             facts = self.reader()
         except GfdError as exc:
-            return NvmlReading(None, exc, loaded_library_file(), source)
+            # A library that failed to load left pynvml holding whatever it held before.
+            failed_to_load = isinstance(exc, NvmlError) and exc.call == "load"
+            return NvmlReading(None, exc, None if failed_to_load else loaded_library_file(), source)
         return NvmlReading(facts, None, loaded_library_file(), source)
 
     @cached_property
