@@ -46,6 +46,7 @@ class DoctorApi:
         self.stop = threading.Event()
         #: Why the API server cannot be reached, once a request found out.
         self.unreachable: str | None = None
+        self._unanswered: KubeApiError | KubeApiPermanentError | None = None
         self._user: str | None = None
         self._asked_user = False
 
@@ -60,8 +61,9 @@ class DoctorApi:
     ) -> KubeResponse:
         """One attempt; raises :class:`~gfd.kube_api.KubeApiError` (no answer, or a 5xx)
         or :class:`~gfd.kube_api.KubeApiPermanentError` (a 4xx)."""
-        if self.unreachable is not None:
-            raise KubeApiError(method, path, None, self.unreachable)
+        if self._unanswered is not None:
+            # The request that found the server silent, as it failed: nothing is sent.
+            raise self._unanswered
         try:
             # A deadline of now: the client's retry loop makes exactly one attempt.
             return self.client.request(
@@ -74,13 +76,10 @@ class DoctorApi:
                 content_type=JSON,
                 accept_statuses=accept_statuses,
             )
-        except KubeApiError as exc:
+        except (KubeApiError, KubeApiPermanentError) as exc:
+            # No status: refused, timed out, or TLS (no request could be sent).
             if exc.status is None:
-                self.unreachable = str(exc)
-            raise
-        except KubeApiPermanentError as exc:
-            if exc.status is None:  # TLS: no request could be sent
-                self.unreachable = str(exc)
+                self.unreachable, self._unanswered = str(exc), exc
             raise
 
     def user(self) -> str | None:
