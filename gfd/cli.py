@@ -4,10 +4,11 @@ failure in one error line and an exit status. What a command needs is assembled 
 
 Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot``),
 ``labels`` (print the labels, publish nothing), ``facts`` (print what was read),
-``topo`` (print the GPU topology matrix) and ``cleanup`` (take gfd's labels, annotations,
-taint and condition off the Nodes, :mod:`gfd.cleanup`). Options may stand before or after the
-subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
-2 a usage or configuration error.
+``topo`` (print the GPU topology matrix), ``cleanup`` (take gfd's labels, annotations,
+taint and condition off the Nodes, :mod:`gfd.cleanup`) and ``doctor`` (check each link
+from the GPU to the labels on the Node, :mod:`gfd.doctor`). Options may stand before or
+after the subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run
+(for ``doctor``: a problem found), 2 a usage or configuration error.
 """
 
 from __future__ import annotations
@@ -115,6 +116,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="first wait until no pod in the namespace (--namespace, or the pod's own) "
         "matches this label selector: gfd's agents, which could label again",
     )
+    doctor = commands.add_parser(
+        "doctor", parents=[common], help="check why labels are missing; change nothing"
+    )
+    doctor.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: one line per check; json: a list of {check, state, message, fix}",
+    )
+    doctor.add_argument(
+        "--from-pid",
+        type=int,
+        metavar="PID",
+        help="check the configuration of the gfd agent running as process PID (in gfd's "
+        "pod: 1); flags given here win over the agent's",
+    )
     return parser
 
 
@@ -131,6 +148,18 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
             raw = getattr(namespace, option.name)
             explicit[option.name] = convert(option, raw, option.flag, from_text=True)
     return namespace, explicit
+
+
+def agent_settings(pid: int) -> dict[str, Any]:
+    """The settings gfd process ``pid`` was given on its command line (``doctor --from-pid``)."""
+    from gfd.doctor.agent_command import agent_arguments
+
+    words = agent_arguments(pid)
+    try:
+        _, explicit = parse_command_line(words)
+    except UsageError as exc:
+        raise UsageError(f"--from-pid {pid}: the agent's command line: {exc}") from exc
+    return explicit
 
 
 # --------------------------------------------------------------------------- #
@@ -204,6 +233,17 @@ def command_cleanup(
     return EXIT_OK
 
 
+def command_doctor(
+    settings: Settings, fmt: str, environment: Mapping[str, str], stdout: TextIO
+) -> int:
+    """One line per link of the chain; a problem found exits non-zero."""
+    from gfd.doctor import diagnose, found_a_problem, render
+
+    findings = diagnose(settings, environment=environment)
+    stdout.write(render(findings, fmt))
+    return EXIT_FAILED if found_a_problem(findings) else EXIT_OK
+
+
 def _quiet_broken_stdout(out: TextIO) -> None:
     """After EPIPE, point stdout at /dev/null so the exit flush does not complain."""
     try:
@@ -237,6 +277,8 @@ def main(
     out = stdout if stdout is not None else sys.stdout
     try:
         namespace, explicit = parse_command_line(arguments)
+        if getattr(namespace, "from_pid", None) is not None:
+            explicit = {**agent_settings(namespace.from_pid), **explicit}
         settings = resolve_settings(explicit, environment)
         check_machine_type_file(settings)
     except (UsageError, ConfigError) as exc:
@@ -245,9 +287,12 @@ def main(
     # After parsing: --version and --help end above without loading the logging stack.
     from gfd.logs import configure_logging, get_logger
 
-    configure_logging(settings.log_level)
-    log = get_logger()
     command = namespace.command or "run"
+    # The doctor's report says what its checks found; their logs would say it twice. Only
+    # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
+    quiet = command == "doctor" and "log_level" not in explicit
+    configure_logging("error" if quiet else settings.log_level)
+    log = get_logger()
     try:
         if command == "labels":
             code = command_labels(settings, out, log)
@@ -257,6 +302,8 @@ def main(
             code = command_topo(settings, namespace.format, out)
         elif command == "cleanup":
             code = command_cleanup(settings, namespace.all_nodes, namespace.wait_for_pods, out)
+        elif command == "doctor":
+            code = command_doctor(settings, namespace.format, environment, out)
         else:
             from gfd.app.run import run_agent
 

@@ -32,6 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"gfd.agent", "gfd.cleanup"},
         {"gfd.metrics", "gfd.config_watch", "gfd.process_title"},
         {"gfd.app"},
+        {"gfd.doctor"},
         {"gfd.cli"},
         {"gfd.__main__"},
     )
@@ -52,6 +53,18 @@ INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
             {"gfd.health.monitor", "gfd.health.taint"},
             {"gfd.health.reporter"},
             {"gfd.health"},
+        )
+    ),
+    # In gfd.doctor the checks know the finding and the examination, never each other;
+    # the registry names them; the package's face runs them.
+    "gfd.doctor": tuple(
+        frozenset(layer)
+        for layer in (
+            {"gfd.doctor.finding", "gfd.doctor.api", "gfd.doctor.agent_command"},
+            {"gfd.doctor.examination"},
+            {"gfd.doctor.checks"},
+            {"gfd.doctor.registry", "gfd.doctor.report"},
+            {"gfd.doctor"},
         )
     ),
 }

@@ -68,7 +68,9 @@ class NodeSink:
     ``stop`` is the agent's shutdown event: backoff waits end as soon as it is set.
     With ``timestamp_annotation`` a ``nvidia.com/gfd.timestamp`` label that reaches
     this sink is published as an annotation instead, so restarts do not relabel the
-    node and label watchers are not woken by it.
+    node and label watchers are not woken by it. With ``dry_run`` every write is a
+    server-side dry run (``dryRun=All``): the API server validates and admits it and
+    stores nothing (``gfd doctor``).
     """
 
     name = "node"
@@ -80,6 +82,7 @@ class NodeSink:
         node_name: str,
         stop: threading.Event,
         timestamp_annotation: bool = False,
+        dry_run: bool = False,
     ) -> None:
         if not node_name:
             raise SinkPermanentError(
@@ -89,6 +92,7 @@ class NodeSink:
         self.node_name = node_name
         self._stop = stop
         self._timestamp_annotation = timestamp_annotation
+        self._dry_run = dry_run
         self._path = f"/api/v1/nodes/{path_segment(node_name)}"
         self._reported_nfd_keys: set[str] = set()
         self._reported_foreign_keys: set[str] = set()
@@ -140,7 +144,7 @@ class NodeSink:
             response = self._send(update, patch, metadata, deadline)
             if response.status not in (409, 422):
                 log.info(
-                    "node_labels_updated",
+                    "node_labels_dry_run" if self._dry_run else "node_labels_updated",
                     node=self.node_name,
                     set=sorted(update.set_labels),
                     removed=sorted(update.remove_labels),
@@ -201,6 +205,7 @@ class NodeSink:
             self._path,
             stop=self._stop,
             deadline=deadline,
+            query={"dryRun": "All"} if self._dry_run else None,
             body=body,
             content_type=content_type,
             accept_statuses=accept,

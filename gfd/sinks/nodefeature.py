@@ -81,7 +81,8 @@ def _same_owners(stored: Any, desired: list[dict[str, str]]) -> bool:
 
 
 class NodeFeatureSink:
-    """Creates or updates ``nvidia-features-for-<node_name>`` in ``namespace``."""
+    """Creates or updates ``nvidia-features-for-<node_name>`` in ``namespace``; with
+    ``dry_run``, as server-side dry runs only (``dryRun=All``: nothing is stored)."""
 
     name = "nodefeature"
 
@@ -94,6 +95,7 @@ class NodeFeatureSink:
         pod_name: str | None,
         stop: threading.Event,
         max_conflicts: int = MAX_CONFLICTS,
+        dry_run: bool = False,
     ) -> None:
         if not node_name:
             raise SinkPermanentError("NodeFeature sink: no node name; set --node-name or NODE_NAME")
@@ -105,6 +107,7 @@ class NodeFeatureSink:
         self.pod_name = pod_name or None
         self._stop = stop
         self._max_conflicts = max_conflicts
+        self._writes = {"dryRun": "All"} if dry_run else None
         self.object_name = nodefeature_name(node_name)
         base = f"/apis/{API_VERSION}/namespaces/{path_segment(namespace)}/nodefeatures"
         self._collection_path = base
@@ -137,6 +140,7 @@ class NodeFeatureSink:
                     self._collection_path,
                     stop=self._stop,
                     deadline=deadline,
+                    query=self._writes,
                     body=body,
                     accept_statuses=(409,),
                 )
@@ -151,6 +155,7 @@ class NodeFeatureSink:
                     self._path,
                     stop=self._stop,
                     deadline=deadline,
+                    query=self._writes,
                     body=replacement,
                     accept_statuses=(409,),
                 )
@@ -159,7 +164,7 @@ class NodeFeatureSink:
                 log.info(
                     "nodefeature_written",
                     object=self._where,
-                    action=action,
+                    action=action if self._writes is None else f"{action} (dry run)",
                     labels=len(spec["labels"]),
                 )
                 return True

@@ -48,14 +48,33 @@ Reproduced (documented API behaviour):
   before a matching request (of one user, if asked), to stage races.
 * A request log (method, path, query, content type, status, timestamp, user,
   injected fault, parsed body) for assertions and request counting.
+* ``SelfSubjectAccessReview`` (``authorization.k8s.io/v1``) and ``SelfSubjectReview``
+  (``authentication.k8s.io/v1``), which any authenticated token may create: answered
+  201 about the caller by its rules (no ``reason``: the emulator has no bindings to name)
+  and its user name and groups, stored nowhere.
+* Server-side dry runs (``dryRun=All`` on create, update, patch and delete): validated,
+  admitted and answered as the real write would be, nothing stored, no version handed
+  out; any other value fails with the options' 422.
+* Validating admission policies (:class:`ValidatingPolicy`, arranged with
+  :meth:`~ApiServerEmulator.add_validating_policy`): run on every write over HTTP after
+  validation, no-op writes and dry runs included, each judging the operation, the
+  resource, the user and the token's extra claims (:attr:`Principal.extra`), the object
+  and the old object; a denial answers 403 Forbidden in kube-apiserver's words for a
+  ValidatingAdmissionPolicy. The policy's object is served (name only) for reads.
 
 Held to: kube-apiserver 1.36's answers to the request shapes gfd and its tests make,
 recorded in ``tests/records/kube-apiserver/answers.json`` (re-recorded against a real
 server by :mod:`tests.emulator.record_answers`; replayed by ``test_recorded_answers.py``),
 and, live, by ``tests/realkube/test_emulator_parity.py`` when a real server is given.
 
+The review and dry-run answers follow Kubernetes' API reference and source; the record
+of kube-apiserver's answers holds none of them yet (they were not in its script when it
+was captured).
+
 Not reproduced: watches, list pagination, label selectors, server-side
-apply, admission (webhooks, ValidatingAdmissionPolicy), RBAC objects (permissions
+apply, admission webhooks and the CEL of real ValidatingAdmissionPolicy objects (a
+:class:`ValidatingPolicy` judges in Python; tests pass the project's policies through
+``tests/deploy/admission_model.py``), RBAC objects (permissions
 are set per token directly), strategic-merge directives (``$patch`` and friends are
 refused with 400 rather than misapplied), most of each kind's schema (only
 metadata is validated; ``spec`` and ``status`` are stored as given), status
@@ -66,20 +85,24 @@ that lags by itself (it is either fresh or explicitly frozen).
 
 from tests.emulator.server import (
     GFD_RULES,
+    AdmissionAttributes,
     ApiServerEmulator,
     Fault,
     Principal,
     RecordedRequest,
+    ValidatingPolicy,
     seed_gfd_cluster,
     status_body,
 )
 
 __all__ = [
     "GFD_RULES",
+    "AdmissionAttributes",
     "ApiServerEmulator",
     "Fault",
     "Principal",
     "RecordedRequest",
+    "ValidatingPolicy",
     "seed_gfd_cluster",
     "status_body",
 ]

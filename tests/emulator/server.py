@@ -95,7 +95,25 @@ RESOURCES: dict[str, ResourceType] = {
         custom=True,
         verbs=frozenset({"get", "list", "create", "update", "patch", "delete"}),
     ),
+    # The admission policies the emulator runs (arranged by add_validating_policy; read only).
+    "validatingadmissionpolicies": ResourceType(
+        "validatingadmissionpolicies",
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        namespaced=False,
+    ),
 }
+#: The reviews every authenticated user may create (kube-apiserver's ClusterRole
+#: system:basic-user, bound to system:authenticated): answered, never stored.
+REVIEWS: dict[str, tuple[str, str, str]] = {
+    "selfsubjectaccessreviews": ("authorization.k8s.io", "v1", "SelfSubjectAccessReview"),
+    "selfsubjectreviews": ("authentication.k8s.io", "v1", "SelfSubjectReview"),
+}
+#: The one value of the ``dryRun`` query parameter the API server accepts.
+DRY_RUN_ALL = "All"
+#: The admission operation of each write verb.
+OPERATIONS = {"create": "CREATE", "update": "UPDATE", "patch": "UPDATE", "delete": "DELETE"}
 
 _ROUTE = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
@@ -126,6 +144,21 @@ class Principal:
     #: As RBAC binds a Role: when set, the two-part rules grant namespaced resources only
     #: in this namespace (cluster-scoped ones, as a ClusterRole would, everywhere).
     namespace: str | None = None
+    #: The token's extra claims (``authentication.kubernetes.io/node-name`` and the pod's,
+    #: for a pod-bound token), as admission sees ``request.userInfo.extra``.
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
+
+    @property
+    def groups(self) -> list[str]:
+        """The groups the API server adds: a ServiceAccount's two, then everyone's."""
+        parts = self.user.split(":")
+        if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"]:
+            return [
+                "system:serviceaccounts",
+                f"system:serviceaccounts:{parts[2]}",
+                "system:authenticated",
+            ]
+        return ["system:authenticated"]
 
     def allows(self, verb: str, resource: str, namespace: str = "") -> bool:
         for rule in self.rules:
@@ -189,6 +222,40 @@ class Fault:
         if self.method is not None and self.method != method:
             return False
         return self.path_contains is None or self.path_contains in path
+
+
+@dataclass(frozen=True)
+class AdmissionAttributes:
+    """What a validating admission policy judges: one write, as the API server hands it on
+    (``operation`` CREATE, UPDATE or DELETE; a PATCH is an UPDATE of the patched object)."""
+
+    operation: str
+    group: str
+    resource: str
+    #: ``status`` for ``nodes/status``; "" for the resource itself.
+    subresource: str
+    namespace: str
+    name: str
+    user: str
+    extra: Mapping[str, tuple[str, ...]]
+    object: Mapping[str, Any] | None
+    old_object: Mapping[str, Any] | None
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class ValidatingPolicy:
+    """A ValidatingAdmissionPolicy with its binding, as the emulator runs it: ``judge``
+    answers the denial message of a write it refuses, None for one it admits (or does not
+    match). Its object is served at ``validatingadmissionpolicies/<name>``."""
+
+    name: str
+    judge: Callable[[AdmissionAttributes], str | None]
+    binding: str = ""
+
+    @property
+    def binding_name(self) -> str:
+        return self.binding or self.name
 
 
 @dataclass
@@ -304,6 +371,7 @@ class ApiServerEmulator:
         self._tokens: dict[str, Principal] = {}
         self._faults: list[Fault] = []
         self._hooks: list[_Hook] = []
+        self._policies: list[ValidatingPolicy] = []
         self._log: list[RecordedRequest] = []
         self._closing = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -442,6 +510,15 @@ class ApiServerEmulator:
 
     def add_replicaset(self, namespace: str, name: str) -> dict[str, Any]:
         return self._create_direct("replicasets", namespace, _workload(name))
+
+    def add_validating_policy(self, policy: ValidatingPolicy) -> dict[str, Any]:
+        """Run ``policy`` on every write made over HTTP from now on (dry runs included),
+        after validation, as the API server runs its ValidatingAdmissionPolicies; and serve
+        its object (name only) at ``validatingadmissionpolicies``."""
+        with self._lock:
+            self._policies.append(policy)
+        body = {"metadata": {"name": policy.name}, "spec": {"failurePolicy": "Fail"}}
+        return self._create_direct("validatingadmissionpolicies", "", body)
 
     def get(self, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """A deep copy of a stored object, or None."""
@@ -726,6 +803,8 @@ class ApiServerEmulator:
         if match:
             group = match["group"] or ""
             version = match["core"] or match["version"]
+            if match["plural"] in REVIEWS and (group, version) == REVIEWS[match["plural"]][:2]:
+                return self._review(principal, method, match, body)
             resource = RESOURCES.get(match["plural"])
         if (
             match is None
@@ -758,13 +837,33 @@ class ApiServerEmulator:
                 _forbidden(principal, verb, resource, rbac_resource, name, namespace),
                 **{key: value for key, value in details.items() if value},
             )
+        dry_run = _dry_run(verb, query)
         key = (resource.plural, namespace, name or "")
+
+        def admit(old: dict[str, Any] | None, new: dict[str, Any]) -> None:
+            self._admit(
+                AdmissionAttributes(
+                    operation=OPERATIONS[verb],
+                    group=resource.group,
+                    resource=resource.plural,
+                    subresource=subresource or "",
+                    namespace=namespace,
+                    name=str((new.get("metadata") or {}).get("name") or name or ""),
+                    user=principal.user,
+                    extra=dict(principal.extra),
+                    object=copy.deepcopy(new),
+                    old_object=copy.deepcopy(old),
+                    dry_run=dry_run,
+                ),
+                resource,
+            )
+
         with self._lock:
             if verb == "list":
                 selector = _field_selector(resource, query.get("fieldSelector", ""))
                 return _Reply(200, self._list(resource, namespace, selector))
             if verb == "create":
-                return _Reply(201, self._create(resource, namespace, body))
+                return _Reply(201, self._create(resource, namespace, body, admit, dry_run))
             current = self._objects.get(key)
             if verb == "get" and query.get("resourceVersion") == "0" and self._cache is not None:
                 current = self._cache.get(key)
@@ -779,23 +878,100 @@ class ApiServerEmulator:
                     404,
                     "NotFound",
                     f'{resource.qualified} "{name}" not found',
-                    **_details(resource, name),
+                    **_details(resource, name or ""),
                 )
             if verb == "get":
                 return _Reply(200, copy.deepcopy(current))
             if verb == "delete":
-                del self._objects[key]
-                self._revision += 1
+                if not dry_run:
+                    del self._objects[key]
+                    self._revision += 1
                 return _Reply(
                     200, status_body(200, "", "", {"name": name, "kind": resource.plural})
                 )
             if verb == "update":
-                return _Reply(200, self._update(resource, key, current, body))
+                return _Reply(200, self._update(resource, key, current, body, admit, dry_run))
             return _Reply(
                 200,
                 self._patch(
-                    resource, key, current, content_type, body, status_only=subresource is not None
+                    resource,
+                    key,
+                    current,
+                    content_type,
+                    body,
+                    status_only=subresource is not None,
+                    admit=admit,
+                    dry_run=dry_run,
                 ),
+            )
+
+    def _review(self, principal: Principal, method: str, match: re.Match[str], body: Any) -> _Reply:
+        """A SelfSubjectAccessReview or SelfSubjectReview: answered about the caller, with
+        201 Created as for any create, and stored nowhere."""
+        plural = match["plural"]
+        group, version, kind = REVIEWS[plural]
+        if match["namespace"] is not None or match["name"] is not None:
+            raise _ApiError(404, "NotFound", "the server could not find the requested resource")
+        if method != "POST":
+            raise _ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
+        if not isinstance(body, dict):
+            raise _ApiError(400, "BadRequest", "the body of the request must be a JSON object")
+        review: dict[str, Any] = {
+            "kind": kind,
+            "apiVersion": f"{group}/{version}",
+            "metadata": {"creationTimestamp": None},
+        }
+        if plural == "selfsubjectreviews":
+            user_info: dict[str, Any] = {"username": principal.user, "groups": principal.groups}
+            if principal.extra:
+                user_info["extra"] = {k: list(v) for k, v in principal.extra.items()}
+            review["status"] = {"userInfo": user_info}
+            return _Reply(201, review)
+        spec = body.get("spec")
+        attributes = spec.get("resourceAttributes") if isinstance(spec, dict) else None
+        non_resource = spec.get("nonResourceAttributes") if isinstance(spec, dict) else None
+        if (attributes is None) == (non_resource is None):
+            raise _ApiError(
+                422,
+                "Invalid",
+                f'{kind}.{group} "" is invalid: spec.resourceAttributes: Invalid value: '
+                '"null": exactly one of nonResourceAttributes or resourceAttributes must be '
+                "specified",
+            )
+        review["spec"] = copy.deepcopy(spec)
+        allowed = False
+        if isinstance(attributes, dict):
+            resource = str(attributes.get("resource") or "")
+            subresource = str(attributes.get("subresource") or "")
+            allowed = principal.allows(
+                str(attributes.get("verb") or ""),
+                f"{resource}/{subresource}" if subresource else resource,
+                str(attributes.get("namespace") or ""),
+            )
+        # RBAC names the binding that allowed it in "reason"; the emulator's rules have no
+        # binding to name, and a denial by RBAC (no opinion) carries no reason.
+        review["status"] = {"allowed": allowed}
+        return _Reply(201, review)
+
+    def _admit(self, request: AdmissionAttributes, resource: ResourceType) -> None:
+        """Run the validating policies on ``request``; the first denial answers 403 as
+        kube-apiserver words a ValidatingAdmissionPolicy's denial with reason Forbidden."""
+        for policy in list(self._policies):
+            denial = policy.judge(request)
+            if denial is None:
+                continue
+            subject = f'{resource.qualified} "{request.name}"'
+            details = {"name": request.name, "group": resource.group, "kind": resource.plural}
+            raise _ApiError(
+                403,
+                "Forbidden",
+                f"{subject} is forbidden: ValidatingAdmissionPolicy '{policy.name}' with "
+                f"binding '{policy.binding_name}' denied request: {denial}",
+                **{key: value for key, value in details.items() if value},
             )
 
     def _list(
@@ -820,7 +996,14 @@ class ApiServerEmulator:
             "items": items,
         }
 
-    def _create(self, resource: ResourceType, namespace: str, body: Any) -> dict[str, Any]:
+    def _create(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        body: Any,
+        admit: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise _ApiError(400, "BadRequest", "the body of the request must be a JSON object")
         self._check_type(resource, body)
@@ -850,30 +1033,49 @@ class ApiServerEmulator:
         self._validate(resource, name, metadata)
         if resource.plural == "events":
             _check_event(body, namespace)
-        return self._create_direct(resource.plural, namespace, body)
+        return self._create_direct(resource.plural, namespace, body, admit, dry_run)
 
-    def _create_direct(self, plural: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _create_direct(
+        self,
+        plural: str,
+        namespace: str,
+        body: dict[str, Any],
+        admit: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Store a new object; ``admit`` judges it first (an HTTP create), and a dry run
+        stores nothing and hands out no resourceVersion, as the API server's dry run."""
         resource = RESOURCES[plural]
         obj = copy.deepcopy(body)
         obj["apiVersion"] = resource.api_version
         obj["kind"] = resource.kind
         metadata = obj.setdefault("metadata", {})
         with self._lock:
-            self._revision += 1
             metadata.update(
                 uid=str(uuid.uuid4()),
-                resourceVersion=str(self._revision),
                 creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._clock())),
             )
             if resource.namespaced:
                 metadata["namespace"] = namespace
             if resource.custom:
                 metadata["generation"] = 1
+            if admit is not None:
+                admit(None, obj)
+            if dry_run:
+                return copy.deepcopy(obj)
+            self._revision += 1
+            metadata["resourceVersion"] = str(self._revision)
             self._objects[(plural, namespace, metadata["name"])] = obj
             return copy.deepcopy(obj)
 
     def _update(
-        self, resource: ResourceType, key: tuple[str, str, str], current: dict[str, Any], body: Any
+        self,
+        resource: ResourceType,
+        key: tuple[str, str, str],
+        current: dict[str, Any],
+        body: Any,
+        admit: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise _ApiError(400, "BadRequest", "the body of the request must be a JSON object")
@@ -903,7 +1105,7 @@ class ApiServerEmulator:
                     }
                 ],
             )
-        return self._store_update(resource, key, current, body)
+        return self._store_update(resource, key, current, body, admit, dry_run)
 
     def _patch(
         self,
@@ -914,6 +1116,8 @@ class ApiServerEmulator:
         body: Any,
         *,
         status_only: bool = False,
+        admit: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         accepted = [JSON_PATCH, MERGE_PATCH] + ([] if resource.custom else [STRATEGIC_MERGE_PATCH])
         if content_type not in accepted:
@@ -957,7 +1161,7 @@ class ApiServerEmulator:
         elif resource.plural in STATUS_SUBRESOURCES:
             # ...and the main resource everything but status.
             patched = {**patched, "status": copy.deepcopy(current.get("status") or {})}
-        return self._store_update(resource, key, current, patched)
+        return self._store_update(resource, key, current, patched, admit, dry_run)
 
     def _store_update(
         self,
@@ -965,7 +1169,12 @@ class ApiServerEmulator:
         key: tuple[str, str, str],
         current: dict[str, Any],
         new: dict[str, Any],
+        admit: Callable[[dict[str, Any] | None, dict[str, Any]], None] | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
+        """Store ``new`` over ``current``. ``admit`` judges it after validation (an HTTP
+        write: no-op writes are admitted too, as by the API server); a dry run stores
+        nothing and keeps the version, and so does a write that changes nothing."""
         new = copy.deepcopy(new)
         metadata = new.setdefault("metadata", {})
         wanted = metadata.get("resourceVersion")
@@ -985,9 +1194,11 @@ class ApiServerEmulator:
                 metadata.pop(kept, None)
         new["apiVersion"] = resource.api_version
         new["kind"] = resource.kind
-        if new == current:
+        if admit is not None:
+            admit(current, new)
+        if new == current or dry_run:
             # The real server skips no-op writes: no new resourceVersion, no event.
-            return copy.deepcopy(current)
+            return copy.deepcopy(new)
         self._revision += 1
         metadata["resourceVersion"] = str(self._revision)
         if self._watch_cache_lag > 0:
@@ -1084,6 +1295,25 @@ def _workload(name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": {"selector": {"matchLabels": selector}, "template": template},
     }
+
+
+def _dry_run(verb: str | None, query: Mapping[str, str]) -> bool:
+    """Whether a write is a dry run. ``dryRun=All`` is the only value the API server takes;
+    any other fails its options' validation (apimachinery's ValidateDryRun, wrapped as the
+    options kind's Invalid; derived from the source, not recorded)."""
+    if "dryRun" not in query:
+        return False
+    value = query["dryRun"]
+    if value != DRY_RUN_ALL:
+        options = {"create": "CreateOptions", "update": "UpdateOptions", "patch": "PatchOptions"}
+        kind = options.get(verb or "", "DeleteOptions")
+        raise _ApiError(
+            422,
+            "Invalid",
+            f'{kind}.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{{{go_quote(value)}}}: '
+            f'supported values: "{DRY_RUN_ALL}"',
+        )
+    return True
 
 
 def _verb(method: str, has_name: bool) -> str | None:
