@@ -123,3 +123,35 @@ def test_json_lines_never_load_structlog_and_a_terminal_line_does() -> None:
     assert lines[0]["node"] == "n1" and lines[0]["key"] == "k"
     assert lines[1]["node"] == "n1" and lines[1]["extra"] == 1
     assert all(line["timestamp"].endswith("Z") for line in lines)
+
+
+def _modules_after_code(code: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_health_package_imports_no_check_and_a_monitor_only_those_it_enables(
+    tmp_path: Path,
+) -> None:
+    """The registry names each check by module and class: a check's module is imported
+    when a configuration enables it, never by importing the package or the registry."""
+    from gfd.health.registry import CHECKS, CHECKS_PACKAGE
+
+    every_check = tuple(f"{CHECKS_PACKAGE}.{entry.module}" for entry in CHECKS)
+    assert _loaded(_modules_after_code("import gfd.health, gfd.health.registry"), every_check) == []
+    code = (
+        "from pathlib import Path\n"
+        "from gfd.health import NVLINK, XID, HealthMonitor\n"
+        f"monitor = HealthMonitor(sysfs_root=Path({str(tmp_path)!r}), checks=[XID, NVLINK])\n"
+        "assert monitor.checks == (NVLINK, XID), monitor.checks\n"
+    )
+    assert _loaded(_modules_after_code(code), every_check) == [
+        f"{CHECKS_PACKAGE}.nvlink",
+        f"{CHECKS_PACKAGE}.xid",
+    ]
