@@ -41,9 +41,11 @@ HEAVY = (
 #: Kubernetes sinks and what only they feed (the health condition and taint writers, the
 #: DRA driver's ResourceSlices, the device-plugin check, which needs the Node), the Xid
 #: watcher (no Xid reaches a one-shot run), the simulator's fault model and per-branch
-#: library copies (a bundled profile of the latest branch has neither), and the secrets
-#: module (hmac and hashlib) for a temporary file's name.
+#: library copies (a bundled profile of the latest branch has neither), the config file's
+#: schema (none is given), and the secrets module (hmac and hashlib) for a temporary
+#: file's name.
 NOT_IN_A_FILE_RUN = (
+    "gfd.config.file",
     "gfd.sinks.node",
     "gfd.sinks.node_update",
     "gfd.sinks.nodefeature",

@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gfd.config import Sharing
 from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import GfdError
 from gfd.facts import NodeFacts
@@ -29,6 +28,9 @@ from gfd.health.check import (
     Verdict,
 )
 from gfd.health.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 
 class HealthMonitor:
