@@ -94,7 +94,8 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
         from gfd.sim import simulate
 
         check_facts_file(settings.simulate)
-        with simulate(settings.simulate) as machine:
+        # Only this process reads the machine: no files for other programs to write.
+        with simulate(settings.simulate, for_other_programs=False) as machine:
             reader = NodeReader(
                 sysfs_root=machine.sysfs_root,
                 machine_type_file=machine.machine_type_file,

@@ -302,7 +302,11 @@ def _warn_if_older_than_emulated(profile: SimulationProfile) -> None:
 
 
 def _prepare(
-    resolved: SimulationProfile, directory: Path, library: Path | None
+    resolved: SimulationProfile,
+    directory: Path,
+    library: Path | None,
+    *,
+    for_other_programs: bool = True,
 ) -> SimulatedMachine:
     full = library_path()
     branch = machine_branch(resolved.facts)
@@ -310,7 +314,9 @@ def _prepare(
     config_path = directory / "machine.conf"
     config_path.write_text(render_machine_file(resolved.facts, resolved.faults), encoding="utf-8")
     sysfs_root = directory / "sys"
-    machine_type_file = write_sysfs_tree(resolved.facts, sysfs_root)
+    machine_type_file = write_sysfs_tree(
+        resolved.facts, sysfs_root, for_other_programs=for_other_programs
+    )
     nvml_dir = directory / "lib"
     nvml_dir.mkdir(exist_ok=True)
     link = nvml_dir / NVML_SONAME
@@ -340,6 +346,7 @@ def simulate(
     *,
     workdir: Path | None = None,
     library: Path | None = None,
+    for_other_programs: bool = True,
 ) -> Iterator[SimulatedMachine]:
     """Serve ``profile`` through the simulator library for the duration of the block.
 
@@ -349,6 +356,9 @@ def simulate(
     left unconfigured on exit, so a late ``nvmlInit`` fails like a driverless host.
     ``library`` serves the machine through that simulator library (e.g. the full
     :func:`library_path`, whatever the driver branch) instead of the branch's own.
+    ``for_other_programs`` False: the sysfs tree leaves out the files only other
+    programs read (:data:`gfd.sim.sysfs_tree.READ_BY_OTHER_PROGRAMS`), for a machine that
+    gfd alone reads (``gfd --simulate``).
     """
     resolved = _as_profile(profile)
     _warn_if_older_than_emulated(resolved)
@@ -362,7 +372,7 @@ def simulate(
     try:
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
         try:
-            machine = _prepare(resolved, directory, served)
+            machine = _prepare(resolved, directory, served, for_other_programs=for_other_programs)
             configure_library(loaded, machine.config_path)
             try:
                 yield machine
