@@ -1,7 +1,7 @@
 """Runs measured commands from a small launcher process, for honest peak RSS.
 
 Shared by the benchmarks that time whole gfd processes (``agent_cost.py``,
-``kube_sinks.py``); not a benchmark itself (``run_all.py`` skips ``_`` files).
+``kube_sinks.py``, ``startup.py``); not a benchmark itself (``run_all.py`` skips ``_`` files).
 """
 
 from __future__ import annotations
@@ -78,3 +78,19 @@ def child_environment(workdir: Path) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
     return env
+
+
+def console_script(workdir: Path) -> Path:
+    """The ``gfd`` command as pip installs it (the container's entry point): a script
+    that imports ``gfd.cli`` and calls ``main``, without ``runpy`` as ``-m`` has."""
+    script = workdir / "bin" / "gfd"
+    if not script.exists():
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(
+            "import re\nimport sys\nfrom gfd.cli import main\n"
+            "if __name__ == '__main__':\n"
+            "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+            "    sys.exit(main())\n",
+            encoding="utf-8",
+        )
+    return script

@@ -58,7 +58,7 @@ if str(ROOT) not in sys.path:
     # The emulator lives in the test tree, which is not an installed package.
     sys.path.insert(0, str(ROOT))
 
-from _launcher import Launcher, child_environment  # noqa: E402
+from _launcher import Launcher, child_environment, console_script  # noqa: E402
 
 from gfd.sim import prepare_machine  # noqa: E402
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster  # noqa: E402
@@ -153,22 +153,6 @@ def oneshot_runs(runs: int, workdir: Path, api: ApiServerEmulator) -> dict[str, 
         row["wall_over_floor"] = row["wall_s"] / floor["wall_s"]
         row["rss_over_floor"] = row["peak_rss_mib"] / floor["peak_rss_mib"]
     return {"runs": runs, "medians": table, "samples": samples}
-
-
-def console_script(workdir: Path) -> Path:
-    """The ``gfd`` command as pip installs it (the container's entry point): a script
-    that imports ``gfd.cli`` and calls ``main``, without ``runpy`` as ``-m`` has."""
-    script = workdir / "bin" / "gfd"
-    if not script.exists():
-        script.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(
-            "import re\nimport sys\nfrom gfd.cli import main\n"
-            "if __name__ == '__main__':\n"
-            "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-            "    sys.exit(main())\n",
-            encoding="utf-8",
-        )
-    return script
 
 
 def _proc_status(pid: int) -> dict[str, float]:

@@ -8,6 +8,7 @@ Timing is the benchmark's job (``bench/startup.py``), not a test's.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,27 @@ HEAVY = (
     "gfd.metrics",
     "gfd.kube_api",
     "gfd.topology.python_builder",
+)
+
+#: What a one-shot run that writes a feature file does not use, whatever its checks: the
+#: Kubernetes sinks and what only they feed (the health condition and taint writers, the
+#: DRA driver's ResourceSlices, the device-plugin check, which needs the Node), the Xid
+#: watcher (no Xid reaches a one-shot run), the simulator's fault model and per-branch
+#: library copies (a bundled profile of the latest branch has neither), the config file's
+#: schema (none is given), and the secrets module (hmac and hashlib) for a temporary
+#: file's name.
+NOT_IN_A_FILE_RUN = (
+    "gfd.config.file",
+    "gfd.sinks.node",
+    "gfd.sinks.node_update",
+    "gfd.sinks.nodefeature",
+    "gfd.health.taint",
+    "gfd.health.resource_slices",
+    "gfd.health.checks.device_plugin",
+    "gfd.nvml.xid_events",
+    "gfd.sim.faults",
+    "gfd.sim.branch_library",
+    "secrets",
 )
 
 PROBE = """
@@ -75,8 +97,6 @@ def test_version_and_help_load_neither_nvml_nor_logging(flag: str) -> None:
 def test_a_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path, level: str) -> None:
     """The real-node path (library by LD_LIBRARY_PATH, sysfs and DMI by flag) writing a
     feature file: no structlog (its JSON log lines are gfd's), no client, no YAML."""
-    import os
-
     machine = prepare_machine(load_profile("dgx-h100").facts, tmp_path / "machine")
     out = tmp_path / "gfd"
     env = {**os.environ, **machine.environment()}
@@ -88,8 +108,43 @@ def test_a_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path, level: str) 
     code, modules = _modules_after(arguments, env)
     assert code == 0
     assert "nvidia.com/gpu.count=8" in out.read_text().splitlines()
-    assert _loaded(modules, HEAVY) == []
+    assert _loaded(modules, (*HEAVY, *NOT_IN_A_FILE_RUN)) == []
     assert "pynvml" in modules  # the probe is not vacuous: the reader ran
+    # The checks it runs are loaded (and only they: device-plugin needs the Node).
+    assert "gfd.health.checks.gpu_lost" in modules
+
+
+def test_a_simulated_oneshot_file_run_loads_only_what_it_uses(tmp_path: Path) -> None:
+    """``--simulate`` with a bundled profile: YAML and the simulator, but none of the fault
+    model (the profile has no ``faults:``), the branch copies or the driver-root search
+    (the simulator's library is loaded by its path)."""
+    out = tmp_path / "gfd"
+    arguments = ["--simulate", "dgx-h100", "--oneshot", "--no-timestamp", "-o", str(out)]
+    code, modules = _modules_after(arguments)
+    assert code == 0
+    assert "nvidia.com/gpu.count=8" in out.read_text().splitlines()
+    simulator_only = {"yaml", "gfd.sim"}
+    heavy = tuple(name for name in HEAVY if name not in simulator_only)
+    assert _loaded(modules, (*heavy, *NOT_IN_A_FILE_RUN, "gfd.nvml.driver_root")) == []
+    assert simulator_only <= modules
+
+
+def test_a_run_without_checks_loads_no_health_and_one_check_only_it(tmp_path: Path) -> None:
+    machine = prepare_machine(load_profile("dgx-h100").facts, tmp_path / "machine")
+    env = {**os.environ, **machine.environment()}
+    common = [
+        "--oneshot", "--no-timestamp", "--output-file", str(tmp_path / "gfd"),
+        "--sysfs-root", str(machine.sysfs_root),
+        "--machine-type-file", str(machine.machine_type_file),
+    ]  # fmt: skip
+    code, modules = _modules_after([*common, "--health-checks", "none"], env)
+    assert code == 0
+    assert _loaded(modules, ("gfd.health",)) == []
+    code, modules = _modules_after([*common, "--health-checks", "nvlink"], env)
+    assert code == 0
+    assert sorted(m for m in modules if m.startswith("gfd.health.checks.")) == [
+        "gfd.health.checks.nvlink"
+    ]
 
 
 def test_json_lines_never_load_structlog_and_a_terminal_line_does() -> None:
@@ -123,3 +178,35 @@ def test_json_lines_never_load_structlog_and_a_terminal_line_does() -> None:
     assert lines[0]["node"] == "n1" and lines[0]["key"] == "k"
     assert lines[1]["node"] == "n1" and lines[1]["extra"] == 1
     assert all(line["timestamp"].endswith("Z") for line in lines)
+
+
+def _modules_after_code(code: str) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_health_package_imports_no_check_and_a_monitor_only_those_it_enables(
+    tmp_path: Path,
+) -> None:
+    """The registry names each check by module and class: a check's module is imported
+    when a configuration enables it, never by importing the package or the registry."""
+    from gfd.health.registry import CHECKS, CHECKS_PACKAGE
+
+    every_check = tuple(f"{CHECKS_PACKAGE}.{entry.module}" for entry in CHECKS)
+    assert _loaded(_modules_after_code("import gfd.health, gfd.health.registry"), every_check) == []
+    code = (
+        "from pathlib import Path\n"
+        "from gfd.health import NVLINK, XID, HealthMonitor\n"
+        f"monitor = HealthMonitor(sysfs_root=Path({str(tmp_path)!r}), checks=[XID, NVLINK])\n"
+        "assert monitor.checks == (NVLINK, XID), monitor.checks\n"
+    )
+    assert _loaded(_modules_after_code(code), every_check) == [
+        f"{CHECKS_PACKAGE}.nvlink",
+        f"{CHECKS_PACKAGE}.xid",
+    ]

@@ -44,12 +44,17 @@ class NodeReader:
 
     def __call__(self) -> NodeFacts:
         if not self._nvml:
-            from gfd.nvml.driver_root import nvml_library_path
             from gfd.nvml.reader import NvmlReader
 
+            library = self.library_path
+            if library is None:
+                # Only a driver's library is searched for (the simulator's has its path).
+                from gfd.nvml.driver_root import nvml_library_path
+
+                library = nvml_library_path(self.driver_root)
             self._nvml.append(
                 NvmlReader(
-                    library_path=self.library_path or nvml_library_path(self.driver_root),
+                    library_path=library,
                     sysfs_root=self.sysfs_root,
                     machine_type_file=self.machine_type_file,
                     on_absent=self._report_absent,
@@ -89,7 +94,8 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
         from gfd.sim import simulate
 
         check_facts_file(settings.simulate)
-        with simulate(settings.simulate) as machine:
+        # Only this process reads the machine: no files for other programs to write.
+        with simulate(settings.simulate, for_other_programs=False) as machine:
             reader = NodeReader(
                 sysfs_root=machine.sysfs_root,
                 machine_type_file=machine.machine_type_file,

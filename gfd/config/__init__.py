@@ -6,7 +6,7 @@ config file's schema and loader), :mod:`gfd.config.values` (duration and boolean
 parsers). This module owns :class:`Settings` and the precedence, as the reference
 has it (``reference/GFD-COMPAT.md``): an explicitly set flag or environment variable
 beats the config file, which beats the defaults; and the checks of how settings
-combine. Everything callers need is re-exported here.
+combine. Everything callers need is re-exported here (the config file's names on first use).
 """
 
 from __future__ import annotations
@@ -15,18 +15,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gfd.config.file import (
-    CONFIG_VERSION,
-    MAX_REPLICAS,
-    ConfigFile,
-    SharedResource,
-    Sharing,
-    load_config_file,
-    parse_config,
-    parse_sharing,
-)
 from gfd.config.options import (
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_OUTPUT_FILE,
@@ -46,6 +36,42 @@ from gfd.config.values import (
     parse_duration,
 )
 from gfd.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gfd.config.file import (
+        CONFIG_VERSION,
+        MAX_REPLICAS,
+        ConfigFile,
+        SharedResource,
+        Sharing,
+        load_config_file,
+        parse_config,
+        parse_sharing,
+    )
+
+#: The names above of :mod:`gfd.config.file`, imported when first asked for (PEP 562):
+#: a run without a config file never loads its schema.
+_FROM_THE_FILE_MODULE = frozenset(
+    {
+        "CONFIG_VERSION",
+        "MAX_REPLICAS",
+        "ConfigFile",
+        "SharedResource",
+        "Sharing",
+        "load_config_file",
+        "parse_config",
+        "parse_sharing",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_THE_FILE_MODULE:
+        import gfd.config.file
+
+        return getattr(gfd.config.file, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The pod's own namespace, mounted with its ServiceAccount token.
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -165,6 +191,8 @@ def resolve_settings(
     config_file = chosen.get("config_file")
     sharing = None
     if config_file:
+        from gfd.config.file import load_config_file
+
         loaded = load_config_file(config_file)
         sharing = loaded.sharing
         for name, value in loaded.values.items():

@@ -21,10 +21,15 @@ reads anyway). The package, one concern a module:
 - :mod:`~gfd.health.reporter`: :class:`HealthReporter`, which turns verdicts into that
   state, holding the last one while no check can decide.
 
-The names below are those the rest of gfd and its tools import from ``gfd.health``.
+The names below are those the rest of gfd and its tools import from ``gfd.health``; those
+of one check's module (its reasons, its helpers) and :data:`REASONS` are imported when
+first asked for, so that importing the package imports no check.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
 from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
@@ -44,19 +49,6 @@ from gfd.health.check import (
     Problem,
     Verdict,
 )
-from gfd.health.checks.device_plugin import (
-    REASON_ALLOCATABLE,
-    REASON_PLUGIN_MISSING,
-    expected_resources,
-)
-from gfd.health.checks.gpu_lost import REASON_GPU_LOST, PciScanner
-from gfd.health.checks.memory import (
-    REASON_MEMORY_FAILURE,
-    REASON_RESET_REQUIRED,
-    REASON_UNCORRECTABLE_ECC,
-)
-from gfd.health.checks.nvlink import REASON_NVLINK
-from gfd.health.checks.xid import REASON_XID
 from gfd.health.condition import (
     CONDITION_TYPE,
     EVENT_NAMESPACE,
@@ -70,8 +62,53 @@ from gfd.health.condition import (
     state_from_condition,
 )
 from gfd.health.monitor import HealthMonitor
-from gfd.health.registry import API_CHECKS, REASONS, REGISTRY
+from gfd.health.registry import API_CHECKS, REGISTRY, reasons_of
 from gfd.health.reporter import HealthReporter
+
+if TYPE_CHECKING:
+    from gfd.health.checks.device_plugin import (
+        REASON_ALLOCATABLE,
+        REASON_PLUGIN_MISSING,
+        expected_resources,
+    )
+    from gfd.health.checks.gpu_lost import REASON_GPU_LOST, PciScanner
+    from gfd.health.checks.memory import (
+        REASON_MEMORY_FAILURE,
+        REASON_RESET_REQUIRED,
+        REASON_UNCORRECTABLE_ECC,
+    )
+    from gfd.health.checks.nvlink import REASON_NVLINK
+    from gfd.health.checks.xid import REASON_XID
+
+    #: Every check's condition reasons by priority (importing it imports every check).
+    REASONS: tuple[str, ...]
+
+#: The names above that live in one check's module (under ``gfd.health.checks``), imported
+#: when first asked for: importing this package must not import every check, since a run
+#: imports only the checks it enables (gfd.health.registry).
+_FROM_A_CHECK = {
+    "REASON_ALLOCATABLE": "device_plugin",
+    "REASON_PLUGIN_MISSING": "device_plugin",
+    "expected_resources": "device_plugin",
+    "REASON_GPU_LOST": "gpu_lost",
+    "PciScanner": "gpu_lost",
+    "REASON_MEMORY_FAILURE": "memory",
+    "REASON_RESET_REQUIRED": "memory",
+    "REASON_UNCORRECTABLE_ECC": "memory",
+    "REASON_NVLINK": "nvlink",
+    "REASON_XID": "xid",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_FROM_A_CHECK`, and :data:`REASONS`, on first use (PEP 562)."""
+    if name == "REASONS":
+        return reasons_of(REGISTRY)
+    module = _FROM_A_CHECK.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"gfd.health.checks.{module}"), name)
+
 
 __all__ = [
     "API_CHECKS",

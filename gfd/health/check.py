@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gfd.config import Sharing
 from gfd.config.values import DEFAULT_IGNORED_XIDS
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
 from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
+    from gfd.config import Sharing
     from gfd.nvml.xid_events import XidSource
 
 OK = "ok"

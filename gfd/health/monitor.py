@@ -1,9 +1,9 @@
 """The health monitor: builds the enabled checks from the registry and runs them each cycle.
 
 It knows no check by name: what it runs is :data:`gfd.health.registry.REGISTRY` filtered
-by the configuration, in the registry's order. It holds what outlives a configuration —
-the checks themselves (each with what it remembers) and the GPU names their messages use
-— and hands it to the next monitor on a SIGHUP reload.
+by the configuration, in the registry's order (and only those checks are imported). It
+holds what outlives a configuration — the checks themselves (each with what it remembers)
+and the GPU names their messages use — and hands it to the next monitor on a SIGHUP reload.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gfd.config import Sharing
 from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import GfdError
 from gfd.facts import NodeFacts
@@ -28,7 +27,10 @@ from gfd.health.check import (
     Observation,
     Verdict,
 )
-from gfd.health.registry import REGISTRY, reasons_of
+from gfd.health.registry import REGISTRY
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 
 class HealthMonitor:
@@ -72,20 +74,23 @@ class HealthMonitor:
             resource_slice_interval=resource_slice_interval,
             events=events,
         )
-        #: Condition reasons by priority (see :func:`gfd.health.registry.reasons_of`).
-        self.reasons = reasons_of(registry)
         self.gpus: GpuDirectory = GpuDirectory(previous.gpus if previous is not None else None)
         earlier = previous._built if previous is not None else {}
         #: Every check built in this chain of monitors, enabled now or not, by name.
         self._built: dict[str, Check] = dict(earlier)
         enabled = []
-        for name, factory in registry.items():
+        # By name, then looked up: the registry imports a check's module when it is looked
+        # up, so a check that is not enabled is never imported.
+        for name in registry:
             if name in checks:
-                check = self._built[name] = factory(self.setup, earlier.get(name))
+                check = self._built[name] = registry[name](self.setup, earlier.get(name))
                 enabled.append(check)
         self._enabled: tuple[Check, ...] = tuple(enabled)
         #: The names of the enabled checks, in the order they run.
         self.checks = tuple(check.name for check in self._enabled)
+        #: The enabled checks' condition reasons by priority (the registry's order, then
+        #: each check's, as :func:`gfd.health.registry.reasons_of` ranks them all).
+        self.reasons = tuple(reason for check in self._enabled for reason in check.reasons)
 
     def observe(
         self,

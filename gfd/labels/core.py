@@ -10,8 +10,8 @@ those functions as entries of :data:`gfd.labels.LABELERS`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from gfd.config import Sharing
 from gfd.facts import Gpu, NodeFacts
 from gfd.labels.families import GFD_NAMESPACE as PREFIX
 from gfd.labels.labeler import FamilyLabeler
@@ -22,6 +22,9 @@ from gfd.labels.sharing import (
     Replication,
     replication_for,
 )
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 #: Also the node annotation's key when the node sink carries the timestamp there.
 TIMESTAMP_KEY = f"{PREFIX}gfd.timestamp"

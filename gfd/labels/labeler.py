@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gfd.config import Sharing
 from gfd.facts import NodeFacts
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 #: (key, why) pairs: labels a family could not produce because their facts were unreadable.
 Withheld = tuple[tuple[str, str], ...]

@@ -26,12 +26,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gfd.config import Sharing
 from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
 from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import product_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 MIG_STRATEGY_KEY = "nvidia.com/mig.strategy"
 MIG_STRATEGIES = ("none", "single", "mixed")

@@ -17,12 +17,15 @@ This module owns how the config file's ``sharing.timeSlicing`` / ``sharing.mps``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gfd.config import Sharing
 from gfd.errors import ConfigError
 from gfd.facts import NodeFacts
 from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import product_value
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 FULL_GPU_RESOURCE = "nvidia.com/gpu"
 MPS_CAPABLE_KEY = "nvidia.com/mps.capable"

@@ -33,6 +33,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gfd.errors import GfdError
 from gfd.facts import (
@@ -45,24 +46,13 @@ from gfd.facts import (
 )
 from gfd.facts_limits import check_document_bounds
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch, older_than_emulated
-from gfd.sim.branch_library import BranchLibraries, hidden_in, write_without_exports
-from gfd.sim.faults import (
-    NO_FAULTS,
-    CallDelay,
-    CallError,
-    CriticalXid,
-    EccRising,
-    Faults,
-    GpuLost,
-    GpuVanished,
-    NvLinkDown,
-    RowRemapping,
-    check_faults,
-    parse_faults,
-)
 from gfd.sim.gpu_health import with_default_memory_health
 from gfd.sim.machine_file import check_servable, render_machine_file
 from gfd.sim.sysfs_tree import write_sysfs_tree
+
+if TYPE_CHECKING:
+    from gfd.sim.branch_library import BranchLibraries
+    from gfd.sim.faults import Faults
 
 __all__ = [
     "BUNDLED_PROFILES",
@@ -94,13 +84,40 @@ NVML_SONAME = "libnvidia-ml.so.1"
 
 BUNDLED_PROFILES: tuple[str, ...] = tuple(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
 
+#: The fault model's names that this package also gives (``from gfd.sim import CallError``).
+#: They are imported on first use (:func:`__getattr__`): a profile without a ``faults:``
+#: section never loads the fault model, which is most of the simulator's import time.
+_FAULT_NAMES = frozenset(
+    {
+        "CallDelay",
+        "CallError",
+        "CriticalXid",
+        "EccRising",
+        "Faults",
+        "GpuLost",
+        "GpuVanished",
+        "NvLinkDown",
+        "RowRemapping",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :data:`_FAULT_NAMES`, from :mod:`gfd.sim.faults` (PEP 562)."""
+    if name in _FAULT_NAMES:
+        import gfd.sim.faults
+
+        return getattr(gfd.sim.faults, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 @dataclass(frozen=True)
 class SimulationProfile:
     """A machine to simulate: its facts, what goes wrong on it, and where it came from."""
 
     facts: NodeFacts
-    faults: Faults = NO_FAULTS
+    #: None: nothing goes wrong (the profile has no ``faults:`` section).
+    faults: Faults | None = None
     source: str = "<profile>"
 
 
@@ -144,8 +161,10 @@ def load_profile(name_or_path: str) -> SimulationProfile:
     path = profile_path(name_or_path)
     source = str(path)
     text = read_facts_text(path)
-    # A document of more GPUs than a node can have is refused before it is parsed.
-    check_document_bounds(text, source)
+    if name_or_path not in BUNDLED_PROFILES:
+        # A document of more GPUs than a node can have is refused before it is parsed
+        # (a bundled profile is gfd's own: its tests hold it within the bounds).
+        check_document_bounds(text, source)
     # One YAML parse serves both parts (large profiles take tens of milliseconds to parse).
     document = parse_document(text, source)
     faults_data = None
@@ -157,7 +176,11 @@ def load_profile(name_or_path: str) -> SimulationProfile:
             key: value for key, value in document.items() if key not in ("faults", DERIVED_KEY)
         }
     facts = facts_from_dict(document, source)
-    faults = parse_faults(faults_data, source, facts.gpus)
+    faults = None
+    if faults_data is not None:
+        from gfd.sim.faults import parse_faults
+
+        faults = parse_faults(faults_data, source, facts.gpus)
     check_servable(facts, source)
     return SimulationProfile(facts=facts, faults=faults, source=source)
 
@@ -195,7 +218,12 @@ def machine_branch(facts: NodeFacts) -> int:
 def branch_library_path(branch: int) -> Path:
     """This process's simulator library exporting what ``branch`` exports."""
     global _branch_libraries
+    if branch == LATEST_BRANCH:
+        # The built library itself: no copy, and no ELF reader to import.
+        return library_path()
     if _branch_libraries is None:
+        from gfd.sim.branch_library import BranchLibraries
+
         _branch_libraries = BranchLibraries(library_path())
         atexit.register(_branch_libraries.remove)
     return _branch_libraries.path(branch)
@@ -232,7 +260,10 @@ def _checked(facts: NodeFacts, source: str) -> None:
 def _as_profile(profile: str | Path | SimulationProfile | NodeFacts) -> SimulationProfile:
     if isinstance(profile, SimulationProfile):
         _checked(profile.facts, profile.source)
-        check_faults(profile.faults, profile.source, profile.facts.gpus)
+        if profile.faults is not None:
+            from gfd.sim.faults import check_faults
+
+            check_faults(profile.faults, profile.source, profile.facts.gpus)
         return profile
     if isinstance(profile, NodeFacts):
         _checked(profile, "<facts>")
@@ -271,7 +302,11 @@ def _warn_if_older_than_emulated(profile: SimulationProfile) -> None:
 
 
 def _prepare(
-    resolved: SimulationProfile, directory: Path, library: Path | None
+    resolved: SimulationProfile,
+    directory: Path,
+    library: Path | None,
+    *,
+    for_other_programs: bool = True,
 ) -> SimulatedMachine:
     full = library_path()
     branch = machine_branch(resolved.facts)
@@ -279,7 +314,9 @@ def _prepare(
     config_path = directory / "machine.conf"
     config_path.write_text(render_machine_file(resolved.facts, resolved.faults), encoding="utf-8")
     sysfs_root = directory / "sys"
-    machine_type_file = write_sysfs_tree(resolved.facts, sysfs_root)
+    machine_type_file = write_sysfs_tree(
+        resolved.facts, sysfs_root, for_other_programs=for_other_programs
+    )
     nvml_dir = directory / "lib"
     nvml_dir.mkdir(exist_ok=True)
     link = nvml_dir / NVML_SONAME
@@ -289,6 +326,8 @@ def _prepare(
         served = library if library is not None else full
         link.symlink_to(served)
     else:
+        from gfd.sim.branch_library import hidden_in, write_without_exports
+
         write_without_exports(full, link, hidden_in(branch))
         served = link
     return SimulatedMachine(
@@ -307,6 +346,7 @@ def simulate(
     *,
     workdir: Path | None = None,
     library: Path | None = None,
+    for_other_programs: bool = True,
 ) -> Iterator[SimulatedMachine]:
     """Serve ``profile`` through the simulator library for the duration of the block.
 
@@ -316,6 +356,9 @@ def simulate(
     left unconfigured on exit, so a late ``nvmlInit`` fails like a driverless host.
     ``library`` serves the machine through that simulator library (e.g. the full
     :func:`library_path`, whatever the driver branch) instead of the branch's own.
+    ``for_other_programs`` False: the sysfs tree leaves out the files only other
+    programs read (:data:`gfd.sim.sysfs_tree.READ_BY_OTHER_PROGRAMS`), for a machine that
+    gfd alone reads (``gfd --simulate``).
     """
     resolved = _as_profile(profile)
     _warn_if_older_than_emulated(resolved)
@@ -329,7 +372,7 @@ def simulate(
     try:
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
         try:
-            machine = _prepare(resolved, directory, served)
+            machine = _prepare(resolved, directory, served, for_other_programs=for_other_programs)
             configure_library(loaded, machine.config_path)
             try:
                 yield machine

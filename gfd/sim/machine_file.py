@@ -10,6 +10,8 @@ field.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gfd.facts import (
     FABRIC_STATES,
     NVLINK_REMOTE_TYPES,
@@ -25,8 +27,10 @@ from gfd.facts_limits import MAX_MIG_DEVICES
 from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branch, exported_in
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 from gfd.pci import DISPLAY_BASE_CLASS
-from gfd.sim.faults import Faults, fault_records
 from gfd.sim.gpu_health import check_memory_health, value_records
+
+if TYPE_CHECKING:
+    from gfd.sim.faults import Faults
 
 MAGIC = "gfdsim-config 1"
 
@@ -302,8 +306,9 @@ def _check_text(value: str, buffer: int, source: str, path: str) -> None:
         raise FactsError(source, path, f"{value!r} is longer than NVML's {buffer - 1}-byte limit")
 
 
-def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
-    """The machine file text for ``facts`` with ``faults`` (facts must be servable)."""
+def render_machine_file(facts: NodeFacts, faults: Faults | None) -> str:
+    """The machine file text for ``facts`` with ``faults`` (None: nothing goes wrong;
+    facts must be servable)."""
     lines = [MAGIC]
     if facts.driver_version is not None:
         lines.append(f"driver_version {facts.driver_version}")
@@ -315,7 +320,11 @@ def render_machine_file(facts: NodeFacts, faults: Faults) -> str:
         lines.append(f"pair {pair.a} {pair.b} {PCI_LEVELS[pair.level]}")
     for entry in facts.nvlink_p2p:
         lines.append(f"nvlink_p2p {entry.a} {entry.b} {P2P_STATUSES[entry.status]}")
-    lines.extend(fault_records(faults))
+    if faults is not None:
+        # Here, not at the top: a machine without faults never loads the fault model.
+        from gfd.sim.faults import fault_records
+
+        lines.extend(fault_records(faults))
     return "\n".join(lines) + "\n"
 
 

@@ -32,6 +32,10 @@ _MEM_FLAGS = 0x40200
 _PREFETCH64_FLAGS = 0x14220C
 _MIB = 1 << 20
 DMI_PRODUCT_NAME = Path("class") / "dmi" / "id" / "product_name"
+#: The files of a GPU's directory that other programs read and gfd does not: ``resource``
+#: (NVIDIA's reference reads it), ``device``, the kernel's device-id attribute (PCI
+#: listing tools read it), and ``local_cpulist`` (gfd asks NVML for the CPU affinity).
+READ_BY_OTHER_PROGRAMS = ("device", "local_cpulist", "resource")
 
 
 def _resource_table(gpu_index: int, memory_bytes: int | None) -> str:
@@ -55,14 +59,16 @@ def _resource_table(gpu_index: int, memory_bytes: int | None) -> str:
     return "".join(lines)
 
 
-def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
+def write_sysfs_tree(facts: NodeFacts, root: Path, *, for_other_programs: bool = True) -> Path:
     """Write the PCI device and DMI files for ``facts`` under ``root``; return the DMI file path.
 
     Absent facts leave files out (``pci_class`` None: no ``class`` file; ``cpu_affinity``
     None: no ``local_cpulist``; ``machine_type`` None: no DMI file). A GPU without a
     NUMA node reads ``-1``, as the kernel writes on machines without NUMA. ``config``
     holds 256 bytes of config space with the vGPU capability when ``facts.vgpu`` is set,
-    else the 64 bytes the kernel gives an unprivileged reader.
+    else the 64 bytes the kernel gives an unprivileged reader. ``for_other_programs``
+    False leaves out :data:`READ_BY_OTHER_PROGRAMS`, which gfd never reads: a tree that
+    only gfd's own run reads has four files a GPU instead of seven to write and remove.
     """
     # A real /sys always has the directory, also on a machine without GPUs.
     (root / PCI_DEVICES).mkdir(parents=True, exist_ok=True)
@@ -72,16 +78,17 @@ def write_sysfs_tree(facts: NodeFacts, root: Path) -> Path:
         if gpu.pci_class is not None:
             (device / "class").write_text(f"0x{gpu.pci_class:06x}\n", encoding="ascii")
         (device / "vendor").write_text(f"0x{NVIDIA_VENDOR_ID:04x}\n", encoding="ascii")
-        if gpu.pci_device_id is not None:
+        if gpu.pci_device_id is not None and for_other_programs:
             (device / "device").write_text(f"0x{gpu.pci_device_id >> 16:04x}\n", encoding="ascii")
         numa = gpu.numa_node if gpu.numa_node is not None else -1
         (device / "numa_node").write_text(f"{numa}\n", encoding="ascii")
-        if gpu.cpu_affinity is not None:
+        if gpu.cpu_affinity is not None and for_other_programs:
             (device / "local_cpulist").write_text(f"{gpu.cpu_affinity}\n", encoding="ascii")
         device_id = gpu.pci_device_id >> 16 if gpu.pci_device_id is not None else 0
         config = config_space(device_id, gpu.pci_class or 0, facts.vgpu)
         (device / "config").write_bytes(config)
-        (device / "resource").write_text(_resource_table(gpu.index, gpu.memory_total_bytes))
+        if for_other_programs:
+            (device / "resource").write_text(_resource_table(gpu.index, gpu.memory_total_bytes))
     machine_type_file = root / DMI_PRODUCT_NAME
     machine_type_file.parent.mkdir(parents=True, exist_ok=True)
     if facts.machine_type is not None:

@@ -50,7 +50,6 @@ import contextlib
 import datetime as dt
 import errno
 import os
-import secrets
 import stat
 import sys
 import time
@@ -83,7 +82,9 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 def unique_temp_names(target: str) -> Iterator[str]:
     """Dot-names no one can guess: ``.<target>.<16 hex digits>.tmp``."""
     while True:
-        yield f".{target}.{secrets.token_hex(8)}.tmp"
+        # os.urandom is what secrets.token_hex reads; the secrets module would add the
+        # import of hmac and hashlib to every run's start.
+        yield f".{target}.{os.urandom(8).hex()}.tmp"
 
 
 def _kind_of(mode: int) -> str:

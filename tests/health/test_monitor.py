@@ -8,7 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gfd.errors import NvmlError, NvmlGpuLost
-from gfd.health import FAILING, GPU_LOST, NVLINK, REASONS, REGISTRY, UNKNOWN, HealthMonitor
+from gfd.health import (
+    FAILING,
+    GPU_LOST,
+    NVLINK,
+    REASON_GPU_LOST,
+    REASONS,
+    REGISTRY,
+    UNKNOWN,
+    HealthMonitor,
+)
 from gfd.health.check import Check, CheckResult, CheckSetup, Observation, Problem
 from tests.factories import make_facts, make_gpu
 from tests.health.doubles import links, node, sysfs_for
@@ -71,7 +80,8 @@ def test_a_check_in_the_registry_runs_with_no_change_to_the_monitor(tmp_path: Pa
         registry=registry,
     )
     assert monitor.checks == (GPU_LOST, "recorder")  # the registry's order, not the request's
-    assert monitor.reasons == (*REASONS, "Recorded")
+    # The enabled checks' reasons, in the registry's order.
+    assert monitor.reasons == (REASON_GPU_LOST, "Recorded")
     (check,) = factory.built
     assert (check.setup.sysfs_root, check.setup.grace_period, check.previous) == (tmp_path, 7, None)
     facts = make_facts([make_gpu(0), make_gpu(1)])
@@ -87,6 +97,10 @@ def test_a_check_in_the_registry_runs_with_no_change_to_the_monitor(tmp_path: Pa
     (seen,) = check.seen
     assert (seen.facts, seen.node) == (facts, body)
     assert seen.gpus.address_of(1) == "0000:1c:00.0"
+
+
+def test_with_every_check_enabled_the_reasons_are_the_registrys(tmp_path: Path) -> None:
+    assert HealthMonitor(sysfs_root=tmp_path).reasons == REASONS
 
 
 def test_a_check_not_enabled_is_not_built_and_a_name_not_registered_is_ignored(

@@ -1,5 +1,6 @@
 """The registry of health checks (gfd.health.registry) against the names configuration
-accepts (gfd.config.values): the same checks, the same order, reasons that rank cleanly.
+accepts (gfd.config.values) and against the checks' own classes: the same checks, the same
+order, each line saying what its class says, reasons that rank cleanly.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import pytest
 
 from gfd.config.values import HEALTH_CHECKS, parse_checks
 from gfd.health import API_CHECKS, DEVICE_PLUGIN, REASON_HEALTHY, REASONS, REGISTRY
+from gfd.health.registry import CHECKS, CHECKS_PACKAGE, CheckEntry, CheckRegistry
 from tests.deploy.admission_model import HEALTH_REASONS
 
 
@@ -21,6 +23,23 @@ def test_every_check_is_registered_under_its_own_name() -> None:
     assert [(name, factory.name) for name, factory in REGISTRY.items()] == [
         (name, name) for name in HEALTH_CHECKS
     ]
+
+
+@pytest.mark.parametrize("entry", CHECKS, ids=lambda entry: entry.name)
+def test_each_line_says_what_its_class_says(entry: CheckEntry) -> None:
+    """A line is read without importing its class: what it declares (the name, the module,
+    whether the check needs the Node) must be what the class itself declares."""
+    factory = entry.load()
+    assert factory.__module__ == f"{CHECKS_PACKAGE}.{entry.module}"
+    assert factory.__name__ == entry.class_name
+    assert (factory.name, factory.needs_node) == (entry.name, entry.needs_node)
+    assert factory.reasons, "a check reports at least one reason"
+
+
+def test_two_lines_of_one_name_are_refused() -> None:
+    twice = (CHECKS[0], CheckEntry(CHECKS[0].name, "nvlink", "NvLinkCheck"))
+    with pytest.raises(ValueError, match="share a name"):
+        CheckRegistry(twice)
 
 
 def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from gfd.config import Sharing
 from gfd.config.values import DEVICE_PLUGIN_CHECK
 from gfd.errors import GfdError
 from gfd.facts import NodeFacts
@@ -46,6 +45,9 @@ from gfd.health.check import (
     gpu_name,
 )
 from gfd.pci import sysfs_bus_id
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
 
 REASON_PLUGIN_MISSING = "DevicePluginMissing"
 REASON_ALLOCATABLE = "AllocatableMismatch"
