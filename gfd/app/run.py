@@ -55,6 +55,7 @@ class AgentAssembly:
 
     def agent_for(self, settings: Settings, built: SinkSet) -> Agent:
         read = self.reader_for(settings)
+        dra_node = self.health.dra_node(settings, built, self.log)
         return Agent(
             interruptible=self.control.interruptible,
             read_facts=read,
@@ -65,7 +66,9 @@ class AgentAssembly:
             options=label_options(settings, with_timestamp=True),
             log=self.log,
             telemetry=self.endpoint.telemetry,
-            health=self.health.reporter(settings, built, read, self.log, self.endpoint.telemetry),
+            health=self.health.reporter(
+                settings, built, read, self.log, self.endpoint.telemetry, dra_node
+            ),
         )
 
     def reload(

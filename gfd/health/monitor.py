@@ -28,6 +28,7 @@ from gfd.health.check import (
     Observation,
     Verdict,
 )
+from gfd.health.dra_node import DraNodeWatch
 from gfd.health.registry import REGISTRY, reasons_of
 
 
@@ -40,8 +41,8 @@ class HealthMonitor:
     each check takes over what its predecessor remembered (NVLinks seen up, a grace
     period running), a check disabled now keeps it for a later reload that enables it
     again, and the GPU names carry over. ``registry``: the checks to choose from.
-    ``resource_slices`` and ``resource_slice_interval``: the DRA driver's ResourceSlices
-    for the device-plugin check (:class:`~gfd.health.check.CheckSetup`). ``events``: the
+    ``dra_node``: whether the DRA driver hands out the GPUs, for the device-plugin check
+    (:class:`~gfd.health.check.CheckSetup`). ``events``: the
     Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`).
     """
 
@@ -57,8 +58,7 @@ class HealthMonitor:
         log: Any = None,
         previous: HealthMonitor | None = None,
         registry: Mapping[str, CheckFactory] = REGISTRY,
-        resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
-        resource_slice_interval: int = 5,
+        dra_node: DraNodeWatch | None = None,
         events: EventRules = DEFAULT_EVENT_RULES,
     ) -> None:
         self.setup = CheckSetup(
@@ -68,8 +68,7 @@ class HealthMonitor:
             grace_period=grace_period,
             clock=clock,
             log=log,
-            resource_slices=resource_slices,
-            resource_slice_interval=resource_slice_interval,
+            dra_node=dra_node,
             events=events,
         )
         #: Condition reasons by priority (see :func:`gfd.health.registry.reasons_of`).
