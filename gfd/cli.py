@@ -104,7 +104,7 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
 def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
     """Print the hardware labels (no timestamp: it is publication metadata, not a fact)."""
     from gfd.agent import compute_labels
-    from gfd.app.run import label_options
+    from gfd.app.label_mode import label_options
     from gfd.sinks.featurefile import render_labels
 
     facts = read_node_once(settings)

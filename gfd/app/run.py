@@ -9,7 +9,6 @@ agent exactly as it was.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -17,21 +16,13 @@ from typing import Any, TextIO
 from gfd.agent import Agent, LoopControl, Pacer, StopRequested
 from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, error_line
 from gfd.app.health_setup import HealthSetup
+from gfd.app.label_mode import label_options
 from gfd.app.metrics_endpoint import MetricsEndpoint
 from gfd.app.node_reader import NodeReader, check_machine_type_file, facts_source, host_reader
 from gfd.app.signals import StopWatchdog, install_signal_handlers, restore_signal_handlers
 from gfd.app.sinks import SinkFactory, SinkSet
 from gfd.config import Settings, resolve_settings
 from gfd.errors import GfdError, shorten
-from gfd.labels import LabelOptions
-
-
-def label_options(settings: Settings, *, with_timestamp: bool) -> LabelOptions:
-    """The label options of ``settings``; the timestamp only where labels are published."""
-    timestamp = int(time.time()) if with_timestamp and not settings.no_timestamp else None
-    return LabelOptions(
-        timestamp=timestamp, mig_strategy=settings.mig_strategy, sharing=settings.sharing
-    )
 
 
 @dataclass
