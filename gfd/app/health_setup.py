@@ -15,6 +15,7 @@ when the run ends.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,10 +73,13 @@ class HealthSetup:
         read: NodeReader,
         log: Any,
         telemetry: Any,
+        *,
         dra_node: DraNodeWatch | None = None,
+        read_node: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> HealthReporter | None:
         """The reporter for ``settings``, or None when no check is asked for; ``dra_node``:
-        the configuration's watch (:meth:`dra_node`)."""
+        the configuration's watch (:meth:`dra_node`); ``read_node``: the cycle's read of
+        the Node, shared with the label mode (default: the node sink's read-ahead)."""
         if not settings.health_checks:
             self._last = None
             self.close()
@@ -104,12 +108,14 @@ class HealthSetup:
                 hold=settings.health_event_hold,
             ),
         )
-        read_node = writer = None
-        if node_sink is not None:
+        writer = None
+        if node_sink is None:
+            read_node = None
+        else:
             from gfd.health.condition import ConditionWriter, NodeConditionWriter, node_reader
             from gfd.health.taint import HealthOutputs, NodeTaintWriter
 
-            read_node = node_reader(node_sink)
+            read_node = read_node or node_reader(node_sink)
             assert built.client is not None, "the node sink was built with the client"
             writers: list[ConditionWriter] = []
             if settings.health_condition:
