@@ -9,8 +9,12 @@ node sink reads and the slices the watch reads; the device-plugin health check a
 same watch, so a cycle reads the Node once (:class:`CycleNodeRead`) and the slices at most
 once. This module owns what ``auto`` does around that decision:
 
-* **it keeps the last decided mode** when a cycle cannot decide (the Node or the slices
-  could not be read: a transient API error never flips the labels and back);
+* **a switch needs evidence**: ``hardware`` when the DRA driver publishes slices for a node
+  that lacks the device plugin's resources, ``device-plugin`` when the plugin's resources
+  are there. A node with neither (the driver restarting and republishing its slices, a
+  plugin not registered yet) decides nothing;
+* **it keeps the last decided mode** when a cycle cannot decide (that, or the Node or the
+  slices could not be read: a transient API error never flips the labels and back);
 * **before the first decision** (and whenever it never can) it labels as
   ``device-plugin``, the default, and says so once;
 * **without the node sink** (no ``--patch-node``: no Node to read, no client) it cannot
@@ -115,7 +119,9 @@ class AutoLabelMode:
         self._undecided_because: str | None = None
 
     def mode(self, facts: NodeFacts) -> str:
-        from gfd.health.dra_node import expected_resources
+        """This cycle's mode: decided when the Node and the slices give evidence, else the
+        mode decided last (device-plugin before the first decision)."""
+        from gfd.health.dra_node import DRA_DRIVER, expected_resources
 
         node = self._node.take()
         if node is None:
@@ -126,7 +132,17 @@ class AutoLabelMode:
             publishers = self._dra_node.observe(node, expected)
         if publishers.slices_error is not None:
             return self._keep(f"the ResourceSlices could not be read: {publishers.slices_error}")
-        decided = LABEL_MODE_HARDWARE if publishers.dra_node else LABEL_MODE_DEVICE_PLUGIN
+        if publishers.dra_node:
+            decided = LABEL_MODE_HARDWARE
+        elif not publishers.plugin.missing:
+            decided = LABEL_MODE_DEVICE_PLUGIN
+        else:
+            # Hardware labels are true on any node, the plugin's view is not true on a DRA
+            # node: without evidence either way, nothing changes.
+            return self._keep(
+                f"the kubelet advertises no {', '.join(publishers.plugin.missing)} and "
+                f"{DRA_DRIVER} publishes no ResourceSlice for the node"
+            )
         self._undecided_because = None
         if decided != self.decided:
             self._log.info(
@@ -163,11 +179,6 @@ def _why(publishers: GpuPublishers) -> str:
         return (
             f"the kubelet advertises no {', '.join(missing)} and {DRA_DRIVER} publishes "
             f"{len(devices)} devices in the node's ResourceSlices"
-        )
-    if missing:
-        return (
-            f"the kubelet advertises no {', '.join(missing)}, and {DRA_DRIVER} publishes no "
-            "ResourceSlice for the node"
         )
     return "the kubelet advertises the device plugin's resources"
 

@@ -92,9 +92,33 @@ def test_a_node_whose_gpus_the_dra_driver_publishes_gets_the_hardware_set() -> N
     )
 
 
-def test_a_node_with_neither_is_labelled_as_today() -> None:
-    # A plugin not yet registered on a node without the driver: device-plugin, as before.
-    assert auto(Api(BARE_NODE), Log()).mode(EIGHT) == "device-plugin"
+def test_a_node_with_neither_decides_nothing() -> None:
+    # A plugin not yet registered on a node without the driver: device-plugin, the default,
+    # until the plugin's resources appear (then decided).
+    api, log = Api(BARE_NODE), Log()
+    choice = auto(api, log)
+    assert choice.mode(EIGHT) == "device-plugin"
+    assert choice.decided is None
+    api.node = PLUGIN_NODE
+    assert choice.mode(EIGHT) == "device-plugin"
+    assert choice.decided == "device-plugin"
+
+
+def test_slices_gone_for_a_while_do_not_relabel_a_dra_node() -> None:
+    # The driver restarting: its slices are gone for a few cycles, no plugin came. The
+    # hardware set stays; only the plugin's resources turn the node back.
+    api, log = Api(BARE_NODE, DRA_SLICE), Log()
+    choice = auto(api, log)
+    assert choice.mode(EIGHT) == "hardware"
+    api.slices = []
+    assert [choice.mode(EIGHT) for _ in range(3)] == ["hardware"] * 3
+    assert api.lists == 4  # read every cycle (interval 1): the absence was seen, not assumed
+    api.slices = [DRA_SLICE]
+    assert choice.mode(EIGHT) == "hardware"
+    api.node = PLUGIN_NODE
+    assert choice.mode(EIGHT) == "device-plugin"
+    decided = [f["mode"] for _, event, f in log.lines if event == "label mode decided"]
+    assert decided == ["hardware", "device-plugin"]
 
 
 def test_a_transient_api_error_keeps_the_mode_decided_last() -> None:

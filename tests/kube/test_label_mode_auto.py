@@ -231,6 +231,29 @@ def test_api_errors_never_flip_the_mode(
         assert gfd.node_labels() == settled
 
 
+def test_the_driver_republishing_its_slices_does_not_relabel_the_node(
+    emulator: ApiServerEmulator, kubeconfig: Path, cluster: Any, tmp_path: Path
+) -> None:
+    emulator.set_node_status(NODE, allocatable=DRA_ALLOCATABLE)
+    with gfd_auto(emulator, kubeconfig, tmp_path) as gfd:
+        publish_dra_slices(emulator, gfd.facts)
+        assert gfd.agent.cycle().ok
+        settled = gfd.node_labels()
+        # The driver restarts: its slice is gone (the kubelet's allocatable changes as its
+        # plugin re-registers, so the slices are read at once), then comes back.
+        emulator.delete_object("resourceslices", f"{NODE}-gpus-1")
+        emulator.set_node_status(NODE, allocatable={**DRA_ALLOCATABLE, "pods": "110"})
+        emulator.clear_log()
+        assert gfd.agent.cycle().ok
+        assert emulator.count(path_contains="resourceslices") == 1
+        assert gfd.node_labels() == settled
+        publish_dra_slices(emulator, gfd.facts, generation=2)
+        for _ in range(5):
+            assert gfd.agent.cycle().ok
+        assert gfd.node_labels() == settled
+        assert emulator.count(writes=True, path_contains=f"/nodes/{NODE}") == 0
+
+
 def test_without_the_node_sink_auto_labels_as_device_plugin(tmp_path: Path) -> None:
     # gfd --label-mode auto --output-file F: no Node, no slices; the device-plugin set.
     features = tmp_path / "gfd"
