@@ -28,16 +28,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gfd.config import (
-    LABEL_MODE_AUTO,
-    LABEL_MODE_DEVICE_PLUGIN,
-    LABEL_MODE_HARDWARE,
-    Settings,
-    Sharing,
-)
+from gfd.config import LABEL_MODE_AUTO, LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE, Settings
 from gfd.labels import LabelOptions
 
 if TYPE_CHECKING:
+    from gfd.config import Sharing
     from gfd.facts import NodeFacts
     from gfd.health.dra_node import DraNodeWatch, GpuPublishers
 

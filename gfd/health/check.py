@@ -21,10 +21,10 @@ from gfd.config import Sharing
 from gfd.config.values import DEFAULT_IGNORED_XIDS
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
-from gfd.health.dra_node import DraNodeWatch
 from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
+    from gfd.health.dra_node import DraNodeWatch
     from gfd.nvml.xid_events import XidSource
 
 OK = "ok"

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gfd.config import Sharing
 from gfd.errors import GfdError
-from gfd.facts import NodeFacts
+
+if TYPE_CHECKING:
+    from gfd.config import Sharing
+    from gfd.facts import NodeFacts
 
 FULL_GPU_RESOURCE = "nvidia.com/gpu"
 #: The device plugin's suffix for a shared resource under ``renameByDefault``.

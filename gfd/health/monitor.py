@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gfd.config import Sharing
 from gfd.config.values import HEALTH_CHECKS
@@ -28,8 +28,11 @@ from gfd.health.check import (
     Observation,
     Verdict,
 )
-from gfd.health.dra_node import DraNodeWatch
 from gfd.health.registry import REGISTRY, reasons_of
+
+if TYPE_CHECKING:
+    # The assembly builds the watch; the monitor only hands it to the checks.
+    from gfd.health.dra_node import DraNodeWatch
 
 
 class HealthMonitor:
