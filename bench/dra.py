@@ -41,11 +41,8 @@ from reference import mig_machine  # noqa: E402
 
 from gfd.facts import NodeFacts  # noqa: E402
 from gfd.health import DEVICE_PLUGIN, HealthMonitor  # noqa: E402
-from gfd.health.checks.device_plugin import (  # noqa: E402
-    DRA_DRIVER,
-    dra_problems,
-    published_devices,
-)
+from gfd.health.checks.device_plugin import dra_problems  # noqa: E402
+from gfd.health.dra_node import DRA_DRIVER, DraNodeWatch, published_devices  # noqa: E402
 from gfd.health.resource_slices import ResourceSliceReader  # noqa: E402
 from gfd.kube_api import RetryPolicy, connect_kubernetes  # noqa: E402
 from gfd.sim import load_profile  # noqa: E402
@@ -140,8 +137,7 @@ def lists_per_cycle(cycles: int, interval: int, allocatable: Mapping[str, str]) 
     monitor = HealthMonitor(
         sysfs_root=Path("/nonexistent"),
         checks=(DEVICE_PLUGIN,),
-        resource_slices=listed,
-        resource_slice_interval=interval,
+        dra_node=DraNodeWatch(listed, interval=interval),
     )
     node = {"metadata": {"name": NODE}, "status": {"allocatable": dict(allocatable)}}
     for _ in range(cycles):

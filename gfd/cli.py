@@ -167,11 +167,23 @@ def agent_settings(pid: int) -> dict[str, Any]:
 
 
 def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
-    """Print the hardware labels (no timestamp: it is publication metadata, not a fact)."""
+    """Print the hardware labels (no timestamp: it is publication metadata, not a fact).
+
+    ``--label-mode auto`` needs the Node and the DRA driver's slices, which this command
+    never reads: it prints the device-plugin set, and says so.
+    """
     from gfd.agent import compute_labels
-    from gfd.app.run import label_options
+    from gfd.app.label_mode import label_options
+    from gfd.config import LABEL_MODE_AUTO
     from gfd.sinks.featurefile import render_labels
 
+    if settings.label_mode == LABEL_MODE_AUTO:
+        log.warning(
+            "label mode auto cannot decide here",
+            reason="gfd labels reads neither the Node nor the DRA driver's ResourceSlices",
+            consequence="printing the device-plugin labels; pass --label-mode hardware to "
+            "see a DRA node's",
+        )
     facts = read_node_once(settings)
     label_set, _ = compute_labels(facts, label_options(settings, with_timestamp=False))
     for key, why in label_set.dropped:

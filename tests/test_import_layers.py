@@ -41,12 +41,14 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 #: Layers inside a part whose modules must point down too, lowest first; a module sits in
 #: the layer of the longest name it is or starts with (the part's own name holds only the
 #: package itself: a module left out fails, it is not put on top). In gfd.health the
-#: checks know only the Check protocol (a new check is one file and one registry line, and
-#: no check leans on another), and the condition knows neither the registry nor the monitor.
+#: checks know only the Check protocol and, below it, the one decision whether the DRA
+#: driver hands out the GPUs (a new check is one file and one registry line, and no check
+#: leans on another), and the condition knows neither the registry nor the monitor.
 INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
     "gfd.health": tuple(
         frozenset(layer)
         for layer in (
+            {"gfd.health.dra_node"},
             {"gfd.health.check"},
             {"gfd.health.checks"},
             {"gfd.health.registry", "gfd.health.condition", "gfd.health.resource_slices"},

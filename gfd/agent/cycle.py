@@ -51,6 +51,15 @@ class HealthWatch(Protocol):
         ...
 
 
+class LabelModeChoice(Protocol):
+    """How ``--label-mode auto`` is decided each cycle (:class:`gfd.app.label_mode.AutoLabelMode`)."""
+
+    def mode(self, facts: NodeFacts) -> str:
+        """This cycle's label mode, ``device-plugin`` or ``hardware``; asked after the
+        health checks observed the cycle, whose read of the Node it may share."""
+        ...
+
+
 class NullTelemetry:
     """Telemetry that records nothing (metrics off)."""
 
@@ -143,6 +152,7 @@ class Agent:
         derive: Callable[[NodeFacts], Derived] = derive_topology,
         monotonic: Callable[[], float] = time.monotonic,
         health: HealthWatch | None = None,
+        label_mode: LabelModeChoice | None = None,
         interruptible: Callable[[], contextlib.AbstractContextManager[object]] = (
             contextlib.nullcontext
         ),
@@ -157,15 +167,17 @@ class Agent:
         self._derive = derive
         self._monotonic = monotonic
         self._warned: set[tuple[str, str]] = set()
-        #: (facts, health labels, labels, annotations) of the last cycle whose labels were
-        #: computed in full: labels are a function of facts, the health verdict and options,
-        #: and the options of an agent never change (a reload makes a new agent), so equal
-        #: facts with an equal verdict reuse them.
+        #: (facts, health labels, options, labels, annotations) of the last cycle whose labels
+        #: were computed in full: labels are a function of facts, the health verdict and
+        #: options, and the options of an agent change only in their label mode (a reload
+        #: makes a new agent), so equal facts, verdict and mode reuse them.
         self._last_computed: (
-            tuple[NodeFacts, Mapping[str, str], LabelSet, Mapping[str, str]] | None
+            tuple[NodeFacts, Mapping[str, str], LabelOptions, LabelSet, Mapping[str, str]] | None
         ) = None
         self._topology_withheld = False
         self._health = health
+        #: Decides ``--label-mode auto`` each cycle; None: the options' mode stands.
+        self._label_mode = label_mode
         #: Wraps the parts of a cycle a stop may abandon
         #: (:meth:`gfd.agent.control.LoopControl.interruptible`).
         self._interruptible = interruptible
@@ -212,7 +224,8 @@ class Agent:
         health_labels = self._health_step("check", lambda watch: watch.observe(facts, None))
         try:
             with self._interruptible():
-                label_set, annotations = self._labels_of(facts, health_labels or NO_LABELS)
+                options = self._options_for(facts)
+                label_set, annotations = self._labels_of(facts, health_labels or NO_LABELS, options)
         except GfdError as exc:
             # Facts that contradict the configuration (MPS sharing on a MIG-enabled
             # GPU); a topology the facts cannot describe is withheld above instead.
@@ -239,21 +252,35 @@ class Agent:
             )
             return None
 
+    def _options_for(self, facts: NodeFacts) -> LabelOptions:
+        """The options of this cycle: the agent's, in the label mode decided for it."""
+        if self._label_mode is None:
+            return self.options
+        mode = self._label_mode.mode(facts)
+        return self.options if mode == self.options.mode else replace(self.options, mode=mode)
+
     def _labels_of(
-        self, facts: NodeFacts, health_labels: Mapping[str, str]
+        self, facts: NodeFacts, health_labels: Mapping[str, str], options: LabelOptions
     ) -> tuple[LabelSet, Mapping[str, str]]:
         last = self._last_computed
         # The reader hands back the same objects for what it did not re-read, so this
         # comparison is mostly identity checks.
-        if last is not None and last[0] == facts and last[1] == health_labels:
-            return last[2], last[3]
+        if (
+            last is not None
+            and last[0] == facts
+            and last[1] == health_labels
+            and last[2] == options
+        ):
+            return last[3], last[4]
         self._topology_withheld = False
         label_set, annotations = compute_labels(
-            facts, self.options, derive=self._derive_or_withhold, health_labels=health_labels
+            facts, options, derive=self._derive_or_withhold, health_labels=health_labels
         )
         # A withheld topology is retried (and counted) every cycle, not remembered.
         self._last_computed = (
-            None if self._topology_withheld else (facts, health_labels, label_set, annotations)
+            None
+            if self._topology_withheld
+            else (facts, health_labels, options, label_set, annotations)
         )
         return label_set, annotations
 

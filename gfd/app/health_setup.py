@@ -1,9 +1,11 @@
 """The GPU health checks of the running configuration, and what they remember across reloads.
 
 Which checks run, and with what, follows from the settings and the sinks: the checks that
-read the Node need the node sink (and the device-plugin check reads the DRA driver's
-ResourceSlices through its client), and the ``GPUHealthy`` condition and the health taint
-are written through the node sink's client. The ``xid`` check's events come from one
+read the Node need the node sink, and the ``GPUHealthy`` condition and the health taint
+are written through the node sink's client. Whether the DRA driver hands out the GPUs is
+judged by one :class:`~gfd.health.dra_node.DraNodeWatch` per configuration (made here:
+:meth:`HealthSetup.dra_node`, reading the driver's ResourceSlices through the node sink's
+client), which the device-plugin check and ``--label-mode auto`` share. The ``xid`` check's events come from one
 :class:`~gfd.nvml.xid_events.XidWatcher` per run, made when a periodic run enables the
 check (a one-shot run ends before any Xid could arrive) and started by the check's first
 drain, kept across reloads that keep the check, and closed by a reload that drops it and
@@ -13,9 +15,10 @@ when the run ends.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
@@ -24,8 +27,8 @@ from gfd.config.values import XID_CHECK
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter
+    from gfd.health.dra_node import DraNodeWatch
     from gfd.nvml.xid_events import XidWatcher
-    from gfd.sinks.node import NodeSink
 
 
 class HealthSetup:
@@ -39,35 +42,56 @@ class HealthSetup:
     def __init__(self, stop: threading.Event) -> None:
         self._stop = stop
         self._last: HealthReporter | None = None
+        self._last_dra_node: DraNodeWatch | None = None
         self._xid_watcher: XidWatcher | None = None
 
+    def dra_node(self, settings: Settings, built: SinkSet, log: Any) -> DraNodeWatch | None:
+        """The configuration's :class:`~gfd.health.dra_node.DraNodeWatch`, taking over the
+        last one's reads; None without the node sink (no Node to judge, no client)."""
+        node_sink = built.node_sink
+        if node_sink is None or built.client is None:
+            self._last_dra_node = None
+            return None
+        from gfd.health.dra_node import DraNodeWatch
+        from gfd.health.resource_slices import ResourceSliceReader
+
+        slices = ResourceSliceReader(
+            client=built.client, node_name=node_sink.node_name, stop=self._stop
+        )
+        self._last_dra_node = DraNodeWatch(
+            slices.list,
+            interval=settings.health_resource_slice_interval,
+            log=log,
+            previous=self._last_dra_node,
+        )
+        return self._last_dra_node
+
     def reporter(
-        self, settings: Settings, built: SinkSet, read: NodeReader, log: Any, telemetry: Any
+        self,
+        settings: Settings,
+        built: SinkSet,
+        read: NodeReader,
+        log: Any,
+        telemetry: Any,
+        *,
+        dra_node: DraNodeWatch | None = None,
+        read_node: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> HealthReporter | None:
-        """The reporter for ``settings``, or None when no check is asked for."""
+        """The reporter for ``settings``, or None when no check is asked for; ``dra_node``:
+        the configuration's watch (:meth:`dra_node`); ``read_node``: the cycle's read of
+        the Node, shared with the label mode (default: the node sink's read-ahead)."""
         if not settings.health_checks:
             self._last = None
             self.close()
             return None
         from gfd.health import API_CHECKS, EventRules, HealthMonitor, HealthReporter
 
-        # Found by name: importing NodeSink to test the class would load the Kubernetes
-        # client for runs that have no Kubernetes sink.
-        node_sink = cast(
-            "NodeSink | None", next((sink for sink in built.sinks if sink.name == "node"), None)
-        )
+        node_sink = built.node_sink
         checks = settings.health_checks
         if node_sink is None:
             # Without the node sink there is no Node to read: the API checks cannot run.
             checks = tuple(check for check in checks if check not in API_CHECKS)
         previous = self._last
-        slices = None
-        if node_sink is not None and built.client is not None:
-            from gfd.health.resource_slices import ResourceSliceReader
-
-            slices = ResourceSliceReader(
-                client=built.client, node_name=node_sink.node_name, stop=self._stop
-            ).list
         monitor = HealthMonitor(
             sysfs_root=read.sysfs_root,
             checks=checks,
@@ -76,8 +100,7 @@ class HealthSetup:
             grace_period=settings.health_grace_period or 0.0,
             log=log,
             previous=previous.monitor if previous is not None else None,
-            resource_slices=slices,
-            resource_slice_interval=settings.health_resource_slice_interval,
+            dra_node=dra_node,
             events=EventRules(
                 xid_events=self._xid_events(settings, checks, read, telemetry),
                 ignored_xids=frozenset(settings.health_ignored_xids),
@@ -85,12 +108,14 @@ class HealthSetup:
                 hold=settings.health_event_hold,
             ),
         )
-        read_node = writer = None
-        if node_sink is not None:
+        writer = None
+        if node_sink is None:
+            read_node = None
+        else:
             from gfd.health.condition import ConditionWriter, NodeConditionWriter, node_reader
             from gfd.health.taint import HealthOutputs, NodeTaintWriter
 
-            read_node = node_reader(node_sink)
+            read_node = read_node or node_reader(node_sink)
             assert built.client is not None, "the node sink was built with the client"
             writers: list[ConditionWriter] = []
             if settings.health_condition:

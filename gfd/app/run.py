@@ -9,38 +9,30 @@ agent exactly as it was.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from gfd.agent import Agent, LoopControl, Pacer, StopRequested
 from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, error_line
 from gfd.app.health_setup import HealthSetup
+from gfd.app.label_mode import CycleNodeRead, LabelModeSetup, label_options
 from gfd.app.metrics_endpoint import MetricsEndpoint
 from gfd.app.node_reader import NodeReader, check_machine_type_file, facts_source, host_reader
 from gfd.app.signals import StopWatchdog, install_signal_handlers, restore_signal_handlers
 from gfd.app.sinks import SinkFactory, SinkSet
 from gfd.config import Settings, resolve_settings
 from gfd.errors import GfdError, shorten
-from gfd.labels import LabelOptions
-
-
-def label_options(settings: Settings, *, with_timestamp: bool) -> LabelOptions:
-    """The label options of ``settings``; the timestamp only where labels are published."""
-    timestamp = int(time.time()) if with_timestamp and not settings.no_timestamp else None
-    return LabelOptions(
-        timestamp=timestamp, mig_strategy=settings.mig_strategy, sharing=settings.sharing
-    )
 
 
 @dataclass
 class AgentAssembly:
     """What a run keeps across configurations, and the agent of each configuration.
 
-    The sink factory (with its Kubernetes client), the metrics endpoint and the health
-    checks' memory outlive a reload; :meth:`agent_for` makes the agent of one
-    configuration from them, and :meth:`reload` the agent of the next.
+    The sink factory (with its Kubernetes client), the metrics endpoint, the health
+    checks' memory and the label mode ``auto`` decided last outlive a reload;
+    :meth:`agent_for` makes the agent of one configuration from them, and :meth:`reload`
+    the agent of the next.
     """
 
     control: LoopControl
@@ -52,9 +44,19 @@ class AgentAssembly:
     reader_for: Callable[[Settings], NodeReader]
     stdout: TextIO
     log: Any
+    label_modes: LabelModeSetup = field(default_factory=LabelModeSetup)
 
     def agent_for(self, settings: Settings, built: SinkSet) -> Agent:
         read = self.reader_for(settings)
+        # Whether the DRA driver hands out the GPUs: one watch for the device-plugin check
+        # and --label-mode auto, judging the one read of the Node they share each cycle.
+        dra_node = self.health.dra_node(settings, built, self.log)
+        node_sink = built.node_sink
+        node = None
+        if node_sink is not None:
+            from gfd.health.condition import node_reader
+
+            node = CycleNodeRead(node_reader(node_sink))
         return Agent(
             interruptible=self.control.interruptible,
             read_facts=read,
@@ -65,7 +67,18 @@ class AgentAssembly:
             options=label_options(settings, with_timestamp=True),
             log=self.log,
             telemetry=self.endpoint.telemetry,
-            health=self.health.reporter(settings, built, read, self.log, self.endpoint.telemetry),
+            health=self.health.reporter(
+                settings,
+                built,
+                read,
+                self.log,
+                self.endpoint.telemetry,
+                dra_node=dra_node,
+                read_node=node.read if node is not None else None,
+            ),
+            label_mode=self.label_modes.choice(
+                settings, node=node, dra_node=dra_node, log=self.log
+            ),
         )
 
     def reload(

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from gfd.config import Settings
 from gfd.errors import ConfigError
@@ -23,6 +23,7 @@ from gfd.errors import ConfigError
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient
     from gfd.sinks import Sink
+    from gfd.sinks.node import NodeSink
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,14 @@ class SinkSet:
     sinks: list[Sink]
     client: KubeClient | None = None
     kubeconfig: str | None = None
+
+    @property
+    def node_sink(self) -> NodeSink | None:
+        """The node sink, when the configuration has one (the Node's reads go through it)."""
+        # Found by name: importing NodeSink to test the class would load the Kubernetes
+        # client for runs that have no Kubernetes sink.
+        found = next((sink for sink in self.sinks if sink.name == "node"), None)
+        return cast("NodeSink | None", found)
 
 
 class SinkFactory:

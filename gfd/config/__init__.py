@@ -30,6 +30,10 @@ from gfd.config.options import (
 from gfd.config.values import (
     DEFAULT_IGNORED_XIDS,
     HEALTH_CHECKS,
+    LABEL_MODE_AUTO,
+    LABEL_MODE_DEVICE_PLUGIN,
+    LABEL_MODE_HARDWARE,
+    LABEL_MODES,
     MAX_DURATION_SECONDS,
     format_duration,
     parse_bool,
@@ -80,6 +84,10 @@ __all__ = [
     "CONFIG_VERSION",
     "DEFAULT_MACHINE_TYPE_FILE",
     "DEFAULT_OUTPUT_FILE",
+    "LABEL_MODES",
+    "LABEL_MODE_AUTO",
+    "LABEL_MODE_DEVICE_PLUGIN",
+    "LABEL_MODE_HARDWARE",
     "LOG_LEVELS",
     "MAX_DURATION_SECONDS",
     "MAX_REPLICAS",
@@ -109,6 +117,8 @@ class Settings:
     """Everything the agent runs with, after precedence has been applied."""
 
     mig_strategy: str = "none"
+    #: --label-mode (:data:`gfd.config.values.LABEL_MODES`); auto is decided per cycle.
+    label_mode: str = LABEL_MODE_DEVICE_PLUGIN
     fail_on_init_error: bool = True
     oneshot: bool = False
     no_timestamp: bool = False

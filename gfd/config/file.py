@@ -47,6 +47,7 @@ _CONFIG_TREE: dict[str, Any] = {
         "failOnInitError": None,
         "useNodeFeatureAPI": None,
         "gfd": {
+            "labelMode": None,
             "oneshot": None,
             "noTimestamp": None,
             "sleepInterval": None,

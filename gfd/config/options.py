@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.config.values import parse_bool, parse_checks, parse_duration, parse_xids
+from gfd.config.values import (
+    LABEL_MODES,
+    parse_bool,
+    parse_checks,
+    parse_duration,
+    parse_xids,
+)
 from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -48,6 +54,17 @@ OPTIONS: tuple[Option, ...] = (
         "choice",
         "how MIG devices are labelled",
         MIG_STRATEGIES,
+    ),
+    Option(
+        "label_mode",
+        "--label-mode",
+        ("GFD_LABEL_MODE",),
+        ("flags", "gfd", "labelMode"),
+        "choice",
+        "which labels to publish: device-plugin (the device plugin's view, as the reference), "
+        "hardware (only facts of the hardware and driver, for NVIDIA's DRA driver), or auto "
+        "(hardware where the DRA driver hands out the node's GPUs; needs --patch-node)",
+        LABEL_MODES,
     ),
     Option(
         "fail_on_init_error",

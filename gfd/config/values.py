@@ -2,8 +2,8 @@
 
 This module owns what a duration is (Go's syntax: ``90s``, ``1h30m``, ``500ms``;
 ``infinite``; integer nanoseconds in the config file, with the mistakes that form
-invites refused), which words are booleans, and the names of the health checks a user
-may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
+invites refused), which words are booleans, the names of the label modes, and the names
+of the health checks a user may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
 check by its constant here, and a test holds the two to the same names: configuration
 never imports the checks). Pure functions; errors are
 :class:`~gfd.errors.ConfigError` naming ``where`` the value came from.
@@ -119,6 +119,14 @@ def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float |
         )
     return total
 
+
+#: ``--label-mode``: today's label set, as the device plugin's GFD publishes it.
+LABEL_MODE_DEVICE_PLUGIN = "device-plugin"
+#: ``--label-mode``: only facts of the hardware and driver (docs/labels.md, "Label modes").
+LABEL_MODE_HARDWARE = "hardware"
+#: ``--label-mode``: hardware where NVIDIA's DRA driver hands out the GPUs, else device-plugin.
+LABEL_MODE_AUTO = "auto"
+LABEL_MODES = (LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE, LABEL_MODE_AUTO)
 
 GPU_LOST_CHECK = "gpu-lost"
 DEVICE_PLUGIN_CHECK = "device-plugin"

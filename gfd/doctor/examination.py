@@ -266,7 +266,7 @@ class Examination:
         """This cycle's labels and node annotations, as the agent computes them; None when
         there are no facts to label."""
         from gfd.agent import compute_labels
-        from gfd.app.run import label_options
+        from gfd.app.label_mode import label_options
         from gfd.health.condition import HEALTH_LABEL
         from gfd.labels import build_labels
 

@@ -12,6 +12,9 @@ reads anyway). The package, one concern a module:
   (:mod:`~gfd.health.checks.device_plugin`), ``nvlink``
   (:mod:`~gfd.health.checks.nvlink`), ``xid`` (:mod:`~gfd.health.checks.xid`), ``memory``
   (:mod:`~gfd.health.checks.memory`);
+- :mod:`~gfd.health.dra_node`: whether NVIDIA's DRA driver rather than the device plugin
+  hands out the node's GPUs (:class:`DraNodeWatch`), for the device-plugin check and
+  ``--label-mode auto``;
 - :mod:`~gfd.health.registry`: the one mapping from a check's name to its class;
 - :mod:`~gfd.health.monitor`: :class:`HealthMonitor`, which runs the enabled checks and
   keeps what they remember across cycles and reloads;
@@ -61,16 +64,13 @@ from gfd.health.condition import (
     node_reader,
     state_from_condition,
 )
+from gfd.health.dra_node import DraNodeWatch, expected_resources
 from gfd.health.monitor import HealthMonitor
 from gfd.health.registry import API_CHECKS, REGISTRY, reasons_of
 from gfd.health.reporter import HealthReporter
 
 if TYPE_CHECKING:
-    from gfd.health.checks.device_plugin import (
-        REASON_ALLOCATABLE,
-        REASON_PLUGIN_MISSING,
-        expected_resources,
-    )
+    from gfd.health.checks.device_plugin import REASON_ALLOCATABLE, REASON_PLUGIN_MISSING
     from gfd.health.checks.gpu_lost import REASON_GPU_LOST, PciScanner
     from gfd.health.checks.memory import (
         REASON_MEMORY_FAILURE,
@@ -89,7 +89,6 @@ if TYPE_CHECKING:
 _FROM_A_CHECK = {
     "REASON_ALLOCATABLE": "device_plugin",
     "REASON_PLUGIN_MISSING": "device_plugin",
-    "expected_resources": "device_plugin",
     "REASON_GPU_LOST": "gpu_lost",
     "PciScanner": "gpu_lost",
     "REASON_MEMORY_FAILURE": "memory",
@@ -139,6 +138,7 @@ __all__ = [
     "XID",
     "Check",
     "CheckResult",
+    "DraNodeWatch",
     "EventRules",
     "HealthMonitor",
     "HealthReporter",

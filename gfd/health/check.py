@@ -12,7 +12,7 @@ and how messages name a GPU (:class:`GpuDirectory`). It knows no check by name.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,6 +24,7 @@ from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
     from gfd.config import Sharing
+    from gfd.health.dra_node import DraNodeWatch
     from gfd.nvml.xid_events import XidSource
 
 OK = "ok"
@@ -151,10 +152,10 @@ class CheckSetup:
 
     ``clock`` (monotonic seconds) times grace periods; ``log`` takes the warnings a
     check gives once (a misconfiguration it cannot judge through), None: not logged.
-    ``resource_slices`` lists the node's ResourceSlices of NVIDIA's DRA driver (raising
-    :class:`~gfd.errors.GfdError` when the API cannot answer; None: no API to ask), at
-    most once every ``resource_slice_interval`` cycles. ``events``: the Xid events and
-    how events are judged (:class:`EventRules`).
+    ``dra_node`` tells whether NVIDIA's DRA driver rather than the device plugin hands
+    out the GPUs (:class:`~gfd.health.dra_node.DraNodeWatch`, shared with the label mode;
+    None: no API to read the driver's ResourceSlices from). ``events``: the Xid events
+    and how events are judged (:class:`EventRules`).
     """
 
     sysfs_root: Path
@@ -163,10 +164,7 @@ class CheckSetup:
     grace_period: float = DEFAULT_GRACE_PERIOD
     clock: Callable[[], float] = field(default=time.monotonic, compare=False)
     log: Any = field(default=None, compare=False)
-    resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = field(
-        default=None, compare=False
-    )
-    resource_slice_interval: int = 5
+    dra_node: DraNodeWatch | None = field(default=None, compare=False)
     events: EventRules = DEFAULT_EVENT_RULES
 
 

@@ -32,6 +32,10 @@ from gfd.health.registry import REGISTRY
 if TYPE_CHECKING:
     from gfd.config import Sharing
 
+if TYPE_CHECKING:
+    # The assembly builds the watch; the monitor only hands it to the checks.
+    from gfd.health.dra_node import DraNodeWatch
+
 
 class HealthMonitor:
     """Runs the enabled checks each cycle and keeps them, and what they remember, across cycles.
@@ -42,8 +46,8 @@ class HealthMonitor:
     each check takes over what its predecessor remembered (NVLinks seen up, a grace
     period running), a check disabled now keeps it for a later reload that enables it
     again, and the GPU names carry over. ``registry``: the checks to choose from.
-    ``resource_slices`` and ``resource_slice_interval``: the DRA driver's ResourceSlices
-    for the device-plugin check (:class:`~gfd.health.check.CheckSetup`). ``events``: the
+    ``dra_node``: whether the DRA driver hands out the GPUs, for the device-plugin check
+    (:class:`~gfd.health.check.CheckSetup`). ``events``: the
     Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`).
     """
 
@@ -59,8 +63,7 @@ class HealthMonitor:
         log: Any = None,
         previous: HealthMonitor | None = None,
         registry: Mapping[str, CheckFactory] = REGISTRY,
-        resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
-        resource_slice_interval: int = 5,
+        dra_node: DraNodeWatch | None = None,
         events: EventRules = DEFAULT_EVENT_RULES,
     ) -> None:
         self.setup = CheckSetup(
@@ -70,8 +73,7 @@ class HealthMonitor:
             grace_period=grace_period,
             clock=clock,
             log=log,
-            resource_slices=resource_slices,
-            resource_slice_interval=resource_slice_interval,
+            dra_node=dra_node,
             events=events,
         )
         self.gpus: GpuDirectory = GpuDirectory(previous.gpus if previous is not None else None)

@@ -1,15 +1,16 @@
-"""The node's ResourceSlices, read through the API client for the ``device-plugin`` check.
+"""The node's ResourceSlices, read through the API client to tell a DRA node.
 
 This module owns the one read gfd makes of ``resource.k8s.io/v1`` ResourceSlices: a list
 with the field selector ``spec.nodeName=<node>``, so the API server answers with this
 node's slices only, of whatever driver, and with ``resourceVersion=0``, so it answers from
 its watch cache rather than etcd (as the node sink's read; slices change when the driver
 republishes, and a cycle or two of lag is within the check's grace period). The answer is
-held to the node again, and to NVIDIA's driver, before the check sees it. How often it is
-read is the check's concern (:mod:`gfd.health.checks.device_plugin`); a read is one GET.
+held to the node again, and to NVIDIA's driver, before anyone sees it. How often it is
+read is :class:`gfd.health.dra_node.DraNodeWatch`'s concern; a read is one GET.
 
-The checks never import this module (nor the API client): the assembly builds a
-:class:`ResourceSliceReader` and hands the check its :meth:`~ResourceSliceReader.list`.
+Neither the checks nor the watch import this module (nor the API client): the assembly
+builds a :class:`ResourceSliceReader` and hands the watch its
+:meth:`~ResourceSliceReader.list`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gfd.errors import SinkError
-from gfd.health.checks.device_plugin import DRA_DRIVER
+from gfd.health.dra_node import DRA_DRIVER
 from gfd.kube_api import KubeClient
 
 #: The collection of ResourceSlices (cluster-scoped) in the version gfd reads.

@@ -4,12 +4,18 @@ This package owns the label map. Every label family is one :class:`~gfd.labels.l
 in :data:`LABELERS`, merged in this fixed, documented order (later wins on a shared key):
 
 1. timestamp, 2. driver and CUDA versions, 3. machine, 4. full-GPU product
-labels (with sharing), 5. GPU mode, 6. MIG capability, 7. MIG strategy (overrides
-``gpu.*`` under ``single``), 8. MPS capability, 9. per-model counts on nodes with
-several models, 10. vGPU, 11. fabric clique, 12. topology, 13. health.
+labels (with sharing; in hardware mode without it), 5. GPU mode, 6. MIG capability,
+7. MIG strategy (overrides ``gpu.*`` under ``single``; in hardware mode the MIG layout
+instead), 8. MPS capability, 9. per-model counts on nodes with several models, 10. vGPU,
+11. fabric clique, 12. topology, 13. health.
 
 A node without GPUs gets only the families that apply without GPUs (1, 10 and 13);
-that is a property of each labeler, not a separate path. The topology and health
+that is a property of each labeler, not a separate path. So is the label mode
+(``--label-mode``, :attr:`~gfd.labels.labeler.LabelOptions.mode`): each labeler names
+the modes it is published in, ``device-plugin`` (today's set, the reference's) and
+``hardware`` (only facts of the hardware and driver, for nodes whose GPUs NVIDIA's DRA
+driver hands out: no replicas, sharing strategy, MIG strategy or MPS capability, no
+suffix on the product, and the MIG layout as facts). The topology and health
 families are computed by the agent (:mod:`gfd.agent`) and reach their labelers through
 :class:`~gfd.labels.labeler.CycleInputs`. :func:`compose` is the one place the
 families are merged and validated.
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from gfd.facts import NodeFacts
 from gfd.labels.core import (
     GPU_MODE_LABELER,
+    HARDWARE_PRODUCT_LABELER,
     MACHINE_LABELER,
     MIG_CAPABLE_LABELER,
     PRODUCT_LABELER,
@@ -37,8 +44,9 @@ from gfd.labels.core import (
 )
 from gfd.labels.fabric import FABRIC_LABELER
 from gfd.labels.health import HEALTH_LABELER
-from gfd.labels.labeler import CycleInputs, Labeler, LabelOptions
+from gfd.labels.labeler import CYCLE_LABEL_MODES, CycleInputs, Labeler, LabelOptions
 from gfd.labels.mig import MIG_STRATEGY_LABELER
+from gfd.labels.mig_layout import MIG_LAYOUT_LABELER
 from gfd.labels.models import MODELS_LABELER
 from gfd.labels.rules import key_problem, value_problem
 from gfd.labels.sharing import MPS_LABELER
@@ -64,9 +72,11 @@ LABELERS: tuple[Labeler, ...] = (
     VERSIONS_LABELER,
     MACHINE_LABELER,
     PRODUCT_LABELER,
+    HARDWARE_PRODUCT_LABELER,
     GPU_MODE_LABELER,
     MIG_CAPABLE_LABELER,
     MIG_STRATEGY_LABELER,
+    MIG_LAYOUT_LABELER,
     MPS_LABELER,
     MODELS_LABELER,
     VGPU_LABELER,
@@ -125,10 +135,18 @@ def compose(inputs: CycleInputs, labelers: Sequence[Labeler] = LABELERS) -> Labe
 
     A node without GPUs (NVML reports none, or NVML is down under
     ``--fail-on-init-error=false``) gets only the labelers that apply without GPUs: no
-    ``cuda.*`` or ``gpu.machine``, as the reference does.
+    ``cuda.*`` or ``gpu.machine``, as the reference does. Only the labelers of the
+    cycle's label mode run (:attr:`~gfd.labels.labeler.LabelOptions.mode`).
     """
+    mode = inputs.options.mode
+    if mode not in CYCLE_LABEL_MODES:
+        raise ValueError(
+            f"label mode {mode!r} is not decided (expected one of: {', '.join(CYCLE_LABEL_MODES)})"
+        )
     applying = [
-        labeler for labeler in labelers if inputs.facts.gpus or labeler.applies_without_gpus
+        labeler
+        for labeler in labelers
+        if mode in labeler.modes and (inputs.facts.gpus or labeler.applies_without_gpus)
     ]
     parts: list[Mapping[str, str]] = []
     withheld: list[tuple[str, str]] = []

@@ -1,7 +1,9 @@
 """The GFD-compatible core labelers: versions, product, machine, GPU mode, MIG capability.
 
 Each labeler is a pure function from facts (and options) to a label map with
-the reference's keys and values (``reference/GFD-COMPAT.md``). Values built from
+the reference's keys and values (``reference/GFD-COMPAT.md``). The product has two:
+the device plugin's view (with sharing: replicas, strategy, ``-SHARED``) and, for
+``--label-mode hardware``, the same model facts without it. Values built from
 free text go through :func:`gfd.labels.rules.sanitise_value`, products through
 :func:`gfd.labels.rules.product_value`. The ``*_LABELER`` objects at the end are
 those functions as entries of :data:`gfd.labels.LABELERS`.
@@ -14,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from gfd.facts import Gpu, NodeFacts
 from gfd.labels.families import GFD_NAMESPACE as PREFIX
-from gfd.labels.labeler import FamilyLabeler
-from gfd.labels.rules import sanitise_value
+from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, HARDWARE_ONLY, FamilyLabeler
+from gfd.labels.rules import product_value, sanitise_value
 from gfd.labels.sharing import (
     FULL_GPU_RESOURCE,
     MIG_ENABLED_FULL_GPU,
@@ -160,15 +162,13 @@ def full_gpu_replication(gpus: Sequence[Gpu], sharing: Sharing | None) -> Replic
     return replication_for(sharing, FULL_GPU_RESOURCE)
 
 
-def full_gpu_labels(gpus: Sequence[Gpu], sharing: Sharing | None = None) -> dict[str, str]:
-    """``gpu.product``/``count``/``replicas``/``memory``/``compute.*``/``family`` of one model."""
+def gpu_model_labels(gpus: Sequence[Gpu]) -> dict[str, str]:
+    """What one model's GPUs are, whoever hands them out: ``gpu.product`` (the sanitised
+    NVML name, no suffix), ``gpu.count``, ``gpu.memory``, ``gpu.compute.*``, ``gpu.family``."""
     first = gpus[0]
-    replication = full_gpu_replication(gpus, sharing)
     labels = {
-        f"{PREFIX}gpu.product": replication.product(first.name),
+        f"{PREFIX}gpu.product": product_value(first.name),
         f"{PREFIX}gpu.count": str(len(gpus)),
-        f"{PREFIX}gpu.replicas": str(replication.replicas),
-        f"{PREFIX}gpu.sharing-strategy": replication.strategy,
     }
     if first.memory_total_bytes:
         labels[f"{PREFIX}gpu.memory"] = str(first.memory_total_bytes // MIB)
@@ -180,10 +180,28 @@ def full_gpu_labels(gpus: Sequence[Gpu], sharing: Sharing | None = None) -> dict
     return labels
 
 
+def full_gpu_labels(gpus: Sequence[Gpu], sharing: Sharing | None = None) -> dict[str, str]:
+    """The device plugin's view of one model's full GPUs: :func:`gpu_model_labels` with
+    ``gpu.replicas`` and ``gpu.sharing-strategy``, and ``-SHARED`` on a shared product."""
+    replication = full_gpu_replication(gpus, sharing)
+    return {
+        **gpu_model_labels(gpus),
+        f"{PREFIX}gpu.product": replication.product(gpus[0].name),
+        f"{PREFIX}gpu.replicas": str(replication.replicas),
+        f"{PREFIX}gpu.sharing-strategy": replication.strategy,
+    }
+
+
 def product_labels(facts: NodeFacts, sharing: Sharing | None = None) -> dict[str, str]:
     """Full-GPU labels of the node's labelled model (see :func:`models_by_count`)."""
     groups = models_by_count(facts.gpus)
     return full_gpu_labels(groups[0], sharing) if groups else {}
+
+
+def hardware_product_labels(facts: NodeFacts) -> dict[str, str]:
+    """The labelled model's :func:`gpu_model_labels`: the product labels of hardware mode."""
+    groups = models_by_count(facts.gpus)
+    return gpu_model_labels(groups[0]) if groups else {}
 
 
 def gpu_mode_labels(facts: NodeFacts) -> dict[str, str]:
@@ -217,7 +235,15 @@ VERSIONS_LABELER = FamilyLabeler(
 )
 MACHINE_LABELER = FamilyLabeler("machine", lambda inputs: machine_labels(inputs.facts))
 PRODUCT_LABELER = FamilyLabeler(
-    "product", lambda inputs: product_labels(inputs.facts, inputs.options.sharing)
+    "product",
+    lambda inputs: product_labels(inputs.facts, inputs.options.sharing),
+    modes=DEVICE_PLUGIN_ONLY,
+)
+#: The product in hardware mode: the same keys, less the device plugin's sharing.
+HARDWARE_PRODUCT_LABELER = FamilyLabeler(
+    "product (hardware)",
+    lambda inputs: hardware_product_labels(inputs.facts),
+    modes=HARDWARE_ONLY,
 )
 GPU_MODE_LABELER = FamilyLabeler("GPU mode", lambda inputs: gpu_mode_labels(inputs.facts))
 MIG_CAPABLE_LABELER = FamilyLabeler(

@@ -1,9 +1,10 @@
 """What a labeler is: the inputs of one cycle, and the protocol every label family follows.
 
 This module owns the shape shared by all label families: :class:`CycleInputs` (everything
-one cycle's labels may depend on, frozen), the :class:`Labeler` protocol (a name, whether
-it applies to a node without GPUs, its labels and the labels it had to withhold) and
-:class:`FamilyLabeler`, the one implementation the families need. It imports no family,
+one cycle's labels may depend on, frozen, the label mode among them), the :class:`Labeler`
+protocol (a name, whether it applies to a node without GPUs, the label modes it publishes
+in, its labels and the labels it had to withhold) and :class:`FamilyLabeler`, the one
+implementation the families need. It imports no family,
 so every family module may import it; :mod:`gfd.labels` lists the labelers in order and
 composes them.
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from gfd.config.values import LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE
 from gfd.facts import NodeFacts
 
 if TYPE_CHECKING:
@@ -24,6 +26,16 @@ if TYPE_CHECKING:
 Withheld = tuple[tuple[str, str], ...]
 #: An empty, read-only label map: the default for a family that contributed nothing.
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+#: The label modes a cycle's labels are computed in. ``auto`` is not one of them: the
+#: assembly decides it each cycle (:mod:`gfd.app.label_mode`) and hands down the result.
+CYCLE_LABEL_MODES = (LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE)
+#: A family that describes the hardware and driver alone: published in every mode.
+EVERY_MODE = frozenset(CYCLE_LABEL_MODES)
+#: A family whose meaning depends on how the device plugin shares or partitions the GPUs.
+DEVICE_PLUGIN_ONLY = frozenset({LABEL_MODE_DEVICE_PLUGIN})
+#: A family that stands, in hardware mode, for what the device plugin's view says otherwise.
+HARDWARE_ONLY = frozenset({LABEL_MODE_HARDWARE})
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,9 @@ class LabelOptions:
     mig_strategy: str = "none"
     #: The config file's ``sharing`` section; None when nothing is shared.
     sharing: Sharing | None = None
+    #: ``--label-mode`` as decided for this cycle: device-plugin or hardware
+    #: (:data:`CYCLE_LABEL_MODES`).
+    mode: str = LABEL_MODE_DEVICE_PLUGIN
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,11 @@ class Labeler(Protocol):
         """Whether a node without GPUs (or with NVML down) gets this family at all."""
         ...
 
+    @property
+    def modes(self) -> frozenset[str]:
+        """The label modes (:data:`CYCLE_LABEL_MODES`) in which this family is published."""
+        ...
+
     def labels(self, inputs: CycleInputs) -> Mapping[str, str]:
         """The family's labels for this cycle (not yet validated)."""
         ...
@@ -90,6 +110,7 @@ class FamilyLabeler:
     produce: Callable[[CycleInputs], Mapping[str, str]]
     applies_without_gpus: bool = False
     report_withheld: Callable[[CycleInputs], Withheld] = nothing_withheld
+    modes: frozenset[str] = EVERY_MODE
 
     def labels(self, inputs: CycleInputs) -> Mapping[str, str]:
         return self.produce(inputs)

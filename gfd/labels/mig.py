@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
-from gfd.labels.labeler import FamilyLabeler
+from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, FamilyLabeler
 from gfd.labels.rules import product_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for
 
@@ -185,7 +185,9 @@ def mig_labels(facts: NodeFacts, strategy: str, sharing: Sharing | None = None) 
     return labels
 
 
+#: The device plugin's MIG resources: their names, counts and sharing are its view.
 MIG_STRATEGY_LABELER = FamilyLabeler(
     "MIG strategy",
     lambda inputs: mig_labels(inputs.facts, inputs.options.mig_strategy, inputs.options.sharing),
+    modes=DEVICE_PLUGIN_ONLY,
 )

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from gfd.errors import ConfigError
 from gfd.facts import NodeFacts
-from gfd.labels.labeler import FamilyLabeler
+from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, FamilyLabeler
 from gfd.labels.rules import product_value
 
 if TYPE_CHECKING:
@@ -93,6 +93,9 @@ def mps_labels(facts: NodeFacts, sharing: Sharing | None) -> dict[str, str]:
     return {MPS_CAPABLE_KEY: "true" if capable else "false"}
 
 
+#: ``mps.capable`` says what the device plugin's sharing config does, not the hardware.
 MPS_LABELER = FamilyLabeler(
-    "MPS capability", lambda inputs: mps_labels(inputs.facts, inputs.options.sharing)
+    "MPS capability",
+    lambda inputs: mps_labels(inputs.facts, inputs.options.sharing),
+    modes=DEVICE_PLUGIN_ONLY,
 )

@@ -74,6 +74,8 @@ def test_flags_in_either_position_and_bool_forms() -> None:
     [
         ({"GFD_MIG_STRATEGY": "mixed"}, "mig_strategy", "mixed"),
         ({"MIG_STRATEGY": "single"}, "mig_strategy", "single"),
+        ({"GFD_LABEL_MODE": "hardware"}, "label_mode", "hardware"),
+        ({"GFD_LABEL_MODE": "auto"}, "label_mode", "auto"),
         ({"GFD_FAIL_ON_INIT_ERROR": "false"}, "fail_on_init_error", False),
         ({"FAIL_ON_INIT_ERROR": "0"}, "fail_on_init_error", False),
         ({"GFD_ONESHOT": "true"}, "oneshot", True),
@@ -118,6 +120,17 @@ def test_precedence_flag_beats_env_beats_file_beats_default(tmp_path: Path) -> N
         {"GFD_MIG_STRATEGY": "mixed"},
     )
     assert (s.mig_strategy, s.oneshot, s.sleep_interval) == ("none", False, 30.0)
+
+
+def test_label_mode_from_flag_env_and_file(tmp_path: Path) -> None:
+    # gfd's own setting: under flags.gfd in the config file, device-plugin by default.
+    assert settings_for([]).label_mode == "device-plugin"
+    config = write(tmp_path, "version: v1\nflags:\n  gfd:\n    labelMode: auto\n")
+    assert settings_for(["--config-file", config]).label_mode == "auto"
+    env = {"GFD_LABEL_MODE": "hardware"}
+    assert settings_for(["--config-file", config], env).label_mode == "hardware"
+    flag = ["--config-file", config, "--label-mode", "device-plugin"]
+    assert settings_for(flag, env).label_mode == "device-plugin"
 
 
 def test_config_file_from_environment(tmp_path: Path) -> None:
@@ -194,6 +207,14 @@ def test_mps_wins_over_time_slicing(tmp_path: Path) -> None:
             "version: v1\nflags: {migStrategy: all}\n",
             "flags.migStrategy: 'all' is not one of none, single, mixed",
         ),
+        (
+            "version: v1\nflags: {gfd: {labelMode: dra}}\n",
+            "flags.gfd.labelMode: 'dra' is not one of device-plugin, hardware, auto",
+        ),
+        (
+            "version: v1\nflags: {labelMode: auto}\n",
+            "flags.labelMode: unknown key",
+        ),
         ("version: v1\nflags: {gfd: {colour: red}}\n", "flags.gfd.colour: unknown key"),
         ("version: v1\nflags: [1, 2]\n", "flags: expected a mapping"),
         ("- just\n- a list\n", "expected a mapping at the top level"),
@@ -258,6 +279,8 @@ def test_unreadable_and_non_utf8_config(tmp_path: Path) -> None:
     ("argv", "env", "message"),
     [
         (["--mig-strategy", "all"], {}, "--mig-strategy: 'all' is not one of"),
+        (["--label-mode", "dra"], {}, "--label-mode: 'dra' is not one of"),
+        ([], {"GFD_LABEL_MODE": "Hardware"}, "environment variable GFD_LABEL_MODE: 'Hardware'"),
         (["--sleep-interval", "10x"], {}, "--sleep-interval: '10x' is not a duration"),
         (["--oneshot=perhaps"], {}, "--oneshot: 'perhaps' is not a boolean"),
         ([], {"GFD_SLEEP_INTERVAL": "fast"}, "environment variable GFD_SLEEP_INTERVAL"),

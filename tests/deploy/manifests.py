@@ -27,7 +27,7 @@ from tests.oracles import oracles_required
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DIR = REPO_ROOT / "deploy"
-OVERLAYS = ("standalone", "nfd", "node-feature-api", "oneshot-job", "vgpu")
+OVERLAYS = ("standalone", "nfd", "node-feature-api", "oneshot-job", "vgpu", "dra")
 #: Kubernetes minor versions whose schemas every rendered object must pass. 1.30 is
 #: the floor: ValidatingAdmissionPolicy v1 and the node-name claim in bound
 #: ServiceAccount tokens both arrive in 1.30.

@@ -48,6 +48,15 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
     "oneshot-job": {"patch_node": True, "no_output_file": True, "oneshot": True},
     "vgpu": {"patch_node": True, "no_output_file": True},
+    # No device plugin assumption: no MIG strategy, no sharing config, every health check.
+    "dra": {
+        "patch_node": True,
+        "no_output_file": True,
+        "label_mode": "auto",
+        "mig_strategy": "none",
+        "sharing": None,
+        "health_checks": ("gpu-lost", "device-plugin", "nvlink", "xid", "memory"),
+    },
 }
 
 

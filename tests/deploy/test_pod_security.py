@@ -142,6 +142,7 @@ def test_token_is_mounted_only_with_a_kubernetes_sink(overlay: str) -> None:
         ("node-feature-api", {"--use-node-feature-api", "--no-output-file"}),
         ("oneshot-job", {"--patch-node", "--no-output-file", "--oneshot"}),
         ("vgpu", {"--patch-node", "--no-output-file"}),
+        ("dra", {"--patch-node", "--no-output-file", "--label-mode=auto"}),
     ],
 )
 def test_each_overlay_turns_on_exactly_its_sink(overlay: str, sink_args: set[str]) -> None:

@@ -29,6 +29,9 @@ EXPECTED_GRANTS: dict[str, set[tuple[str, str, str, frozenset[str]]]] = {
     "node-feature-api": NODE_FEATURE_SINK,
     "oneshot-job": NODE_SINK,
     "vgpu": NODE_SINK,
+    # The node sink's grants already hold what --label-mode auto reads: the Node and
+    # the DRA driver's ResourceSlices (list).
+    "dra": NODE_SINK,
 }
 EXPECTED_POLICIES = {
     "standalone": NODE_SINK_POLICIES,
@@ -36,6 +39,7 @@ EXPECTED_POLICIES = {
     "node-feature-api": {"gfd-node-feature-writer"},
     "oneshot-job": NODE_SINK_POLICIES,
     "vgpu": NODE_SINK_POLICIES,
+    "dra": NODE_SINK_POLICIES,
 }
 #: What each policy matches: (API group, resource, operations). RBAC's "nodes" does not
 #: cover nodes/status, nor does a policy's: each request meets exactly one policy.

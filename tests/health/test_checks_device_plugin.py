@@ -17,7 +17,7 @@ import pytest
 
 from gfd.config import SharedResource, Sharing
 from gfd.health import DEVICE_PLUGIN, FAILING, OK, PENDING, HealthMonitor
-from gfd.health.checks.device_plugin import expected_resources
+from gfd.health.dra_node import expected_resources
 from tests.factories import make_facts, make_gpu
 from tests.health.doubles import EIGHT, Clock, Log, node
 from tests.mig_factories import A100_SHAPES, a100, a100_split, mig

@@ -31,14 +31,9 @@ from gfd.health import (
     HealthMonitor,
     HealthReporter,
 )
-from gfd.health.checks.device_plugin import (
-    DRA_DRIVER,
-    PublishedDevice,
-    dra_expectation,
-    dra_problems,
-    published_devices,
-)
+from gfd.health.checks.device_plugin import dra_expectation, dra_problems
 from gfd.health.condition import NodeConditionWriter, node_reader
+from gfd.health.dra_node import DRA_DRIVER, DraNodeWatch, PublishedDevice, published_devices
 from gfd.health.resource_slices import RESOURCE_SLICES_PATH, ResourceSliceReader
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
@@ -230,17 +225,22 @@ class Slices:
 
 
 def monitor(
-    slices: Slices, clock: Clock, log: Log | None = None, *, interval: int = 5, **kw: Any
+    slices: Slices,
+    clock: Clock,
+    log: Log | None = None,
+    *,
+    interval: int = 5,
+    previous: HealthMonitor | None = None,
 ) -> HealthMonitor:
+    watch = previous.setup.dra_node if previous is not None else None
     return HealthMonitor(
         sysfs_root=Path("/nonexistent"),
         checks=(DEVICE_PLUGIN,),
         grace_period=300,
         clock=clock,
         log=log,
-        resource_slices=slices,
-        resource_slice_interval=interval,
-        **kw,
+        dra_node=DraNodeWatch(slices, interval=interval, log=log, previous=watch),
+        previous=previous,
     )
 
 
@@ -416,7 +416,7 @@ def dra_agent(
             checks=(DEVICE_PLUGIN,),
             grace_period=300,
             clock=clock,
-            resource_slices=reader.list,
+            dra_node=DraNodeWatch(reader.list),
         ),
         log=get_logger(),
         read_node=node_reader(sink),

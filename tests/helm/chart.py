@@ -50,6 +50,7 @@ OVERLAY_VALUES: dict[str, Values] = {
     "nfd": {"sinks": {"node": {"enabled": False}, "featureFile": {"enabled": True}}},
     "node-feature-api": {"sinks": {"node": {"enabled": False}, "nodeFeature": {"enabled": True}}},
     "vgpu": {"vgpu": {"enabled": True}},
+    "dra": {"labelMode": "auto"},
 }
 
 #: Values of configurations that deploy/ reaches with a component added to an overlay
@@ -74,6 +75,7 @@ MATRIX: dict[str, Values] = {
     "mig-none": {"migStrategy": "none"},
     "mig-single": {"migStrategy": "single"},
     "mig-mixed": {"migStrategy": "mixed"},
+    "label-mode-hardware": {"labelMode": "hardware"},
     "sharing-config-map": {"config": {"map": {"time-slicing": SHARING_CONFIG}}},
     "external-config-map": {"config": {"name": "my-gfd-configs", "default": "h100"}},
     "scheduling": {

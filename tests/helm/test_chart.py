@@ -421,6 +421,7 @@ REFUSED = [
     ({"gfd": {"sleepInterval": "soon"}}, "/gfd/sleepInterval"),
     ({"gfd": {"sleepInterval": 60}}, "/gfd/sleepInterval"),
     ({"migStrategy": "both"}, "/migStrategy"),
+    ({"labelMode": "dra"}, "/labelMode"),
     ({"metrics": {"port": -1}}, "/metrics/port"),
     ({"metrics": {"serviceMonitor": {"interval": "-30s"}}}, "/metrics/serviceMonitor/interval"),
     ({"failOnInitError": "sometimes"}, "/failOnInitError"),
@@ -487,6 +488,13 @@ def test_template_refuses_contradictions(helm: Helm) -> None:
                 "sinks": {"node": {"enabled": False}, "featureFile": {"enabled": True}},
             },
             "healthTaint.enabled",
+        ),
+        (
+            {
+                "labelMode": "auto",
+                "sinks": {"node": {"enabled": False}, "featureFile": {"enabled": True}},
+            },
+            "labelMode auto",
         ),
     ):
         refused = helm.refusal(values)

@@ -16,12 +16,8 @@ from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
 from gfd.health import FAILING, OK
 from gfd.health.check import CheckSetup, GpuDirectory, Observation
-from gfd.health.checks.device_plugin import (
-    DRA_DRIVER,
-    REASON_PLUGIN_MISSING,
-    DevicePluginCheck,
-    expected_resources,
-)
+from gfd.health.checks.device_plugin import REASON_PLUGIN_MISSING, DevicePluginCheck
+from gfd.health.dra_node import DRA_DRIVER, DraNodeWatch, expected_resources
 
 FIXES = {
     REASON_PLUGIN_MISSING: (
@@ -67,7 +63,8 @@ def examine(examination: Examination) -> Answer:
             sharing=settings.sharing,
             grace_period=0.0,
             log=examination.log,
-            resource_slices=slices,
+            # Read at once (interval 1): the doctor is asked now, not over cycles.
+            dra_node=DraNodeWatch(slices, interval=1, log=examination.log),
         )
     )
     result = check.observe(Observation(facts, None, read.node, GpuDirectory()))
