@@ -265,6 +265,14 @@ class Gpu:
     #: None when NVML reported nothing of it (and in facts captured before it was read).
     memory_health: MemoryHealth | None = None
 
+    @property
+    def coherently_attached(self) -> bool:
+        """Whether the GPU reaches its CPU over a coherent link (NVLink-C2C on Grace Hopper
+        and Grace Blackwell) rather than PCIe: NVML then makes the GPU's memory a NUMA node
+        of its own (:attr:`gpu_numa_id`). What NVML answers of such a GPU's PCIe link says
+        nothing of its path to the CPU (a GB10 answers a placeholder Gen1 x1)."""
+        return self.gpu_numa_id is not None
+
 
 @dataclass(frozen=True)
 class VgpuInfo:

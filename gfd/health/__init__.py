@@ -11,7 +11,7 @@ reads anyway). The package, one concern a module:
   (:mod:`~gfd.health.checks.gpu_lost`), ``device-plugin``
   (:mod:`~gfd.health.checks.device_plugin`), ``nvlink``
   (:mod:`~gfd.health.checks.nvlink`), ``xid`` (:mod:`~gfd.health.checks.xid`), ``memory``
-  (:mod:`~gfd.health.checks.memory`);
+  (:mod:`~gfd.health.checks.memory`), ``pcie`` (:mod:`~gfd.health.checks.pcie`);
 - :mod:`~gfd.health.registry`: the one mapping from a check's name to its class;
 - :mod:`~gfd.health.monitor`: :class:`HealthMonitor`, which runs the enabled checks and
   keeps what they remember across cycles and reloads;
@@ -30,6 +30,7 @@ from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
 from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
 from gfd.config.values import MEMORY_CHECK as MEMORY
 from gfd.config.values import NVLINK_CHECK as NVLINK
+from gfd.config.values import PCIE_CHECK as PCIE
 from gfd.config.values import XID_CHECK as XID
 from gfd.health.check import (
     CANNOT_DECIDE,
@@ -41,6 +42,7 @@ from gfd.health.check import (
     Check,
     CheckResult,
     EventRules,
+    PcieRules,
     Problem,
     Verdict,
 )
@@ -56,6 +58,7 @@ from gfd.health.checks.memory import (
     REASON_UNCORRECTABLE_ECC,
 )
 from gfd.health.checks.nvlink import REASON_NVLINK
+from gfd.health.checks.pcie import REASON_LINK_DEGRADED, REASON_REPLAYS_RISING
 from gfd.health.checks.xid import REASON_XID
 from gfd.health.condition import (
     CONDITION_TYPE,
@@ -86,14 +89,17 @@ __all__ = [
     "MEMORY",
     "NVLINK",
     "OK",
+    "PCIE",
     "PENDING",
     "REASONS",
     "REASON_ALLOCATABLE",
     "REASON_GPU_LOST",
     "REASON_HEALTHY",
+    "REASON_LINK_DEGRADED",
     "REASON_MEMORY_FAILURE",
     "REASON_NVLINK",
     "REASON_PLUGIN_MISSING",
+    "REASON_REPLAYS_RISING",
     "REASON_RESET_REQUIRED",
     "REASON_UNCORRECTABLE_ECC",
     "REASON_XID",
@@ -108,6 +114,7 @@ __all__ = [
     "HealthState",
     "NodeConditionWriter",
     "PciScanner",
+    "PcieRules",
     "Problem",
     "Transition",
     "Verdict",

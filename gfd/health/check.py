@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gfd.config import Sharing
-from gfd.config.values import DEFAULT_IGNORED_XIDS
+from gfd.config.values import DEFAULT_IGNORED_XIDS, DEFAULT_PCIE_REPLAYS_PER_MINUTE
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
 from gfd.pci import sysfs_bus_id
@@ -146,6 +146,23 @@ DEFAULT_EVENT_RULES = EventRules()
 
 
 @dataclass(frozen=True)
+class PcieRules:
+    """What the ``pcie`` check is given.
+
+    ``replays_per_minute``: a GPU whose replay counter rises faster than this, measured over
+    a minute or more, is failing. ``settle``: how long (seconds of :attr:`CheckSetup.clock`)
+    a link must be seen below what it could reach before it counts: the run's grace period,
+    0 in a one-shot run, which reads once and reports what that read shows.
+    """
+
+    replays_per_minute: int = DEFAULT_PCIE_REPLAYS_PER_MINUTE
+    settle: float = DEFAULT_GRACE_PERIOD
+
+
+DEFAULT_PCIE_RULES = PcieRules()
+
+
+@dataclass(frozen=True)
 class CheckSetup:
     """What the running configuration gives every check it builds.
 
@@ -154,7 +171,8 @@ class CheckSetup:
     ``resource_slices`` lists the node's ResourceSlices of NVIDIA's DRA driver (raising
     :class:`~gfd.errors.GfdError` when the API cannot answer; None: no API to ask), at
     most once every ``resource_slice_interval`` cycles. ``events``: the Xid events and
-    how events are judged (:class:`EventRules`).
+    how events are judged (:class:`EventRules`); ``pcie``: the PCIe link's rules
+    (:class:`PcieRules`).
     """
 
     sysfs_root: Path
@@ -168,6 +186,7 @@ class CheckSetup:
     )
     resource_slice_interval: int = 5
     events: EventRules = DEFAULT_EVENT_RULES
+    pcie: PcieRules = DEFAULT_PCIE_RULES
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,14 @@ from gfd.facts import NodeFacts
 from gfd.health.check import (
     DEFAULT_EVENT_RULES,
     DEFAULT_GRACE_PERIOD,
+    DEFAULT_PCIE_RULES,
     Check,
     CheckFactory,
     CheckSetup,
     EventRules,
     GpuDirectory,
     Observation,
+    PcieRules,
     Verdict,
 )
 from gfd.health.registry import REGISTRY, reasons_of
@@ -42,7 +44,8 @@ class HealthMonitor:
     again, and the GPU names carry over. ``registry``: the checks to choose from.
     ``resource_slices`` and ``resource_slice_interval``: the DRA driver's ResourceSlices
     for the device-plugin check (:class:`~gfd.health.check.CheckSetup`). ``events``: the
-    Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`).
+    Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`);
+    ``pcie``: the PCIe link's rules (:class:`~gfd.health.check.PcieRules`).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class HealthMonitor:
         resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
         resource_slice_interval: int = 5,
         events: EventRules = DEFAULT_EVENT_RULES,
+        pcie: PcieRules = DEFAULT_PCIE_RULES,
     ) -> None:
         self.setup = CheckSetup(
             sysfs_root=sysfs_root,
@@ -71,6 +75,7 @@ class HealthMonitor:
             resource_slices=resource_slices,
             resource_slice_interval=resource_slice_interval,
             events=events,
+            pcie=pcie,
         )
         #: Condition reasons by priority (see :func:`gfd.health.registry.reasons_of`).
         self.reasons = reasons_of(registry)

@@ -17,6 +17,7 @@ from gfd.health.checks.device_plugin import DevicePluginCheck
 from gfd.health.checks.gpu_lost import GpuLostCheck
 from gfd.health.checks.memory import MemoryCheck
 from gfd.health.checks.nvlink import NvLinkCheck
+from gfd.health.checks.pcie import PcieCheck
 from gfd.health.checks.xid import XidCheck
 
 #: Every check, in the order their problems are reported.
@@ -26,6 +27,7 @@ CHECK_CLASSES: tuple[CheckFactory, ...] = (
     NvLinkCheck,
     XidCheck,
     MemoryCheck,
+    PcieCheck,
 )
 
 REGISTRY: Mapping[str, CheckFactory] = MappingProxyType(
