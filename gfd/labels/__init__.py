@@ -6,9 +6,9 @@ in :data:`LABELERS`, merged in this fixed, documented order (later wins on a sha
 1. timestamp, 2. driver and CUDA versions, 3. machine, 4. full-GPU product
 labels (with sharing), 5. GPU mode, 6. MIG capability, 7. MIG strategy (overrides
 ``gpu.*`` under ``single``), 8. MPS capability, 9. per-model counts on nodes with
-several models, 10. vGPU, 11. fabric clique, 12. topology, 13. health.
+several models, 10. vGPU, 11. fabric clique, 12. PCIe link, 13. topology, 14. health.
 
-A node without GPUs gets only the families that apply without GPUs (1, 10 and 13);
+A node without GPUs gets only the families that apply without GPUs (1, 10 and 14);
 that is a property of each labeler, not a separate path. The topology and health
 families are computed by the agent (:mod:`gfd.agent`) and reach their labelers through
 :class:`~gfd.labels.labeler.CycleInputs`. :func:`compose` is the one place the
@@ -40,6 +40,7 @@ from gfd.labels.health import HEALTH_LABELER
 from gfd.labels.labeler import CycleInputs, Labeler, LabelOptions
 from gfd.labels.mig import MIG_STRATEGY_LABELER
 from gfd.labels.models import MODELS_LABELER
+from gfd.labels.pcie import PCIE_LABELER
 from gfd.labels.rules import key_problem, value_problem
 from gfd.labels.sharing import MPS_LABELER
 from gfd.labels.topology import TOPOLOGY_LABELER
@@ -71,6 +72,7 @@ LABELERS: tuple[Labeler, ...] = (
     MODELS_LABELER,
     VGPU_LABELER,
     FABRIC_LABELER,
+    PCIE_LABELER,
     TOPOLOGY_LABELER,
     HEALTH_LABELER,
 )
