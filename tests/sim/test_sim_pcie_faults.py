@@ -63,6 +63,21 @@ def test_a_link_slower_after_n_calls_while_busy(nvml: ModuleType) -> None:
         nvml.nvmlShutdown()
 
 
+def test_a_later_entry_at_the_reach_is_the_link_retrained(nvml: ModuleType) -> None:
+    faults = Faults(
+        pcie_link_down=(
+            PcieLinkDown(gpu=0, after_calls=0, width=8),
+            PcieLinkDown(gpu=0, after_calls=2, width=16),
+        )
+    )
+    with simulate_raw(with_faults("t4-single", faults)):
+        nvml.nvmlInit()
+        handle = nvml.nvmlDeviceGetHandleByIndex(0)  # call 1
+        assert nvml.nvmlDeviceGetCurrPcieLinkWidth(handle) == 8  # call 2
+        assert nvml.nvmlDeviceGetCurrPcieLinkWidth(handle) == 16
+        nvml.nvmlShutdown()
+
+
 def test_replays_rise_with_every_call(nvml: ModuleType) -> None:
     faults = Faults(pcie_replays=(PcieReplays(gpu=2, after_calls=2, per_call=5),))
     with simulate_raw(with_faults("dgx-a100", faults)):
@@ -141,22 +156,22 @@ def test_pcie_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> None
         ),
         (
             "dgx-h100",
-            {"pcie_link_down": [{"gpu": 0, "after_calls": 1, "width": 16}]},
+            {"pcie_link_down": [{"gpu": 0, "after_calls": 1, "width": 32}]},
             "pcie_link_down[0].width",
-            "16 is not a trained-down width: give 1 to 15 (the link could reach 16)",
+            "32 is not a width this link can train at: give 1 to 16 (what it could reach)",
         ),
         (
-            # The H100 PCIe in a Gen4 slot reaches Gen4: Gen4 is not trained down.
+            # The H100 PCIe in a Gen4 slot reaches Gen4, not its own Gen5.
             "mixed-a100-h100",
-            {"pcie_link_down": [{"gpu": 2, "after_calls": 1, "generation": 4}]},
+            {"pcie_link_down": [{"gpu": 2, "after_calls": 1, "generation": 5}]},
             "pcie_link_down[0].generation",
-            "4 is not a trained-down generation: give 1 to 3 (the link could reach 4)",
+            "5 is not a generation this link can train at: give 1 to 4 (what it could reach)",
         ),
         (
             "dgx-h100",
             {"pcie_link_down": [{"gpu": 0, "after_calls": 1, "width": 0}]},
             "pcie_link_down[0].width",
-            "0 is not a trained-down width",
+            "0 is not a width this link can train at",
         ),
         (
             "gb200-nvl4",

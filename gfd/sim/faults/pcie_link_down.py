@@ -3,8 +3,8 @@ retimer): narrower and/or slower than the GPU and its slot could reach.
 
 After ``after_calls`` calls on the GPU (0: from the start), ``nvmlDeviceGetCurrPcieLinkWidth``
 answers ``width`` and ``nvmlDeviceGetCurrPcieLinkGeneration`` answers ``generation``
-(at least one is given; each below what the link could reach, its facts' ``pcie``
-maxima), and ``nvmlDeviceGetUtilizationRates`` answers ``gpu_utilization`` percent when
+(at least one is given; each at most what the link could reach, its facts' ``pcie``
+maxima: a later entry at the reach is the link retrained, by a GPU reset or a reseat), and ``nvmlDeviceGetUtilizationRates`` answers ``gpu_utilization`` percent when
 given: a lower generation is told from a link idling to save power only by the GPU being
 busy, so a generation fault that a health check should count gives it. The maxima stay
 as they were: NVML's maximum is what the GPU and its slot allow, not what the link trained
@@ -62,11 +62,11 @@ class PcieLinksDown(EntryKind[PcieLinkDown]):
                     f"GPU {gpu} reports no PCIe link {name} (its pcie.{current} and the maximum "
                     "are needed: NVML answers NOT_SUPPORTED)",
                 )
-            if not 1 <= level < could:
+            if not 1 <= level <= could:
                 machine.fail(
                     f"{path}.{name}",
-                    f"{level} is not a trained-down {name}: give 1 to {could - 1} "
-                    f"(the link could reach {could})",
+                    f"{level} is not a {name} this link can train at: give 1 to {could} "
+                    f"(what it could reach)",
                 )
             levels[name] = level
         busy = None
