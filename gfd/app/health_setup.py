@@ -84,7 +84,7 @@ class HealthSetup:
             self._last = None
             self.close()
             return None
-        from gfd.health import API_CHECKS, EventRules, HealthMonitor, HealthReporter
+        from gfd.health import API_CHECKS, EventRules, HealthMonitor, HealthReporter, PcieRules
 
         node_sink = built.node_sink
         checks = settings.health_checks
@@ -106,6 +106,11 @@ class HealthSetup:
                 ignored_xids=frozenset(settings.health_ignored_xids),
                 fatal_xids=frozenset(settings.health_fatal_xids),
                 hold=settings.health_event_hold,
+            ),
+            pcie=PcieRules(
+                replays_per_minute=settings.health_pcie_replay_rate,
+                # A one-shot run reads once: it reports what that read shows.
+                settle=0.0 if settings.oneshot else settings.health_grace_period or 0.0,
             ),
         )
         writer = None

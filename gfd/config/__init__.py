@@ -29,6 +29,7 @@ from gfd.config.options import (
 )
 from gfd.config.values import (
     DEFAULT_IGNORED_XIDS,
+    DEFAULT_PCIE_REPLAYS_PER_MINUTE,
     HEALTH_CHECKS,
     LABEL_MODE_AUTO,
     LABEL_MODE_DEVICE_PLUGIN,
@@ -151,7 +152,8 @@ class Settings:
     health_checks: tuple[str, ...] = HEALTH_CHECKS
     health_condition: bool = True
     health_label: bool = False
-    #: Seconds a device plugin problem must last before it is reported; None: none.
+    #: Seconds a device plugin problem, or a PCIe link below its reach, must last before it
+    #: is reported; None: none.
     health_grace_period: float | None = 300.0
     #: gfd's taint nvidia.com/gpu.health on an unhealthy node (gfd.health.taint).
     health_taint: bool = False
@@ -165,6 +167,8 @@ class Settings:
     health_fatal_xids: tuple[int, ...] = ()
     #: Seconds a fatal Xid or an ECC rise holds its GPU unhealthy; None: the process's life.
     health_event_hold: float | None = None
+    #: PCIe replays a minute above which the pcie check reports a link (gfd.health.checks.pcie).
+    health_pcie_replay_rate: int = DEFAULT_PCIE_REPLAYS_PER_MINUTE
     sharing: Sharing | None = None
 
 

@@ -218,7 +218,8 @@ OPTIONS: tuple[Option, ...] = (
         ("GFD_HEALTH_GRACE_PERIOD",),
         ("flags", "gfd", "healthGracePeriod"),
         "optional-duration",
-        "how long a device plugin problem must last before it is reported (0: at once)",
+        "how long a device plugin problem, or a PCIe link below what it could reach, must "
+        "last before it is reported (0: at once)",
         metavar="DURATION",
     ),
     Option(
@@ -279,6 +280,16 @@ OPTIONS: tuple[Option, ...] = (
         "how long a fatal Xid or a rise of uncorrectable ECC errors keeps its GPU unhealthy "
         "after the last one (0 or infinite: until gfd restarts)",
         metavar="DURATION",
+    ),
+    Option(
+        "health_pcie_replay_rate",
+        "--health-pcie-replay-rate",
+        ("GFD_HEALTH_PCIE_REPLAY_RATE",),
+        ("flags", "gfd", "healthPcieReplayRate"),
+        "count",
+        "PCIe replays a minute above which the pcie check reports a GPU's link "
+        "(PCIeReplaysRising; default 8, NVIDIA's limit)",
+        metavar="REPLAYS",
     ),
     Option(
         "kubeconfig",
@@ -362,7 +373,7 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
             raise ConfigError(f"{where}: the interval must be positive (or 'infinite')")
         return seconds
     if option.kind == "count":
-        return _count(raw, where, from_text=from_text)
+        return _count(raw, where, from_text=from_text, unit=(option.metavar or "").lower())
     if option.kind == "xids":
         return parse_xids(raw, where)
     if option.kind == "checks" and isinstance(raw, list):
@@ -378,12 +389,13 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
     return raw
 
 
-def _count(raw: Any, where: str, *, from_text: bool) -> int:
-    """A whole number of at least 1: digits in a flag or variable, an integer in the file."""
+def _count(raw: Any, where: str, *, from_text: bool, unit: str) -> int:
+    """A whole number of at least 1 (of ``unit``: cycles, replays): digits in a flag or
+    variable, an integer in the file."""
     if from_text and isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
         raw = int(raw.strip())
     if isinstance(raw, bool) or not isinstance(raw, int):
-        raise ConfigError(f"{where}: expected a whole number of cycles, got {echo(raw)}")
+        raise ConfigError(f"{where}: expected a whole number of {unit}, got {echo(raw)}")
     if not 1 <= raw <= MAX_COUNT:
         raise ConfigError(f"{where}: {raw} is not between 1 and {MAX_COUNT}")
     return raw

@@ -133,9 +133,22 @@ DEVICE_PLUGIN_CHECK = "device-plugin"
 NVLINK_CHECK = "nvlink"
 XID_CHECK = "xid"
 MEMORY_CHECK = "memory"
+PCIE_CHECK = "pcie"
 #: Every health check, in the order their problems are reported (the registry's order,
 #: :data:`gfd.health.registry.REGISTRY`).
-HEALTH_CHECKS = (GPU_LOST_CHECK, DEVICE_PLUGIN_CHECK, NVLINK_CHECK, XID_CHECK, MEMORY_CHECK)
+HEALTH_CHECKS = (
+    GPU_LOST_CHECK,
+    DEVICE_PLUGIN_CHECK,
+    NVLINK_CHECK,
+    XID_CHECK,
+    MEMORY_CHECK,
+    PCIE_CHECK,
+)
+
+#: PCIe replays a minute above which the pcie check reports a link: NVIDIA's own limit,
+#: DCGM's ``DCGM_LIMIT_MAX_PCIREPLAY_RATE`` ("8 replays per minute is the maximum
+#: recommended by RM", the driver's resource manager), which its PCIe health watch applies.
+DEFAULT_PCIE_REPLAYS_PER_MINUTE = 8
 
 #: The Xids NVIDIA's device plugin (v0.20.0) treats as an application's fault, not the
 #: GPU's: 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped

@@ -31,6 +31,7 @@ from gfd.facts.model import NvLink as NvLink
 from gfd.facts.model import NvLinkP2P as NvLinkP2P
 from gfd.facts.model import NvLinkRemoteType as NvLinkRemoteType
 from gfd.facts.model import P2PStatus as P2PStatus
+from gfd.facts.model import PcieLink as PcieLink
 from gfd.facts.model import PciLevel as PciLevel
 from gfd.facts.model import PciPair as PciPair
 from gfd.facts.model import RemappedRows as RemappedRows

@@ -151,6 +151,51 @@ class MemoryHealth:
 
 
 @dataclass(frozen=True)
+class PcieLink:
+    """The GPU's PCIe link as NVML reports it; each None is NOT_SUPPORTED (or not exported).
+
+    The maxima cannot change while the driver runs (the reader asks them once per NVML
+    session), the current link and the replay counter can (asked every read). What the
+    link could reach is :attr:`reachable_generation` and :attr:`reachable_width`: the
+    ``gpu.pcie.*`` labels and the ``pcie`` health check use nothing else of the maxima.
+    """
+
+    #: ``nvmlDeviceGetCurrPcieLinkGeneration`` / ``...Width``: the link as trained now.
+    #: NVIDIA documents that both "may be reduced when the GPU is not in use".
+    current_generation: int | None = None
+    current_width: int | None = None
+    #: ``nvmlDeviceGetMaxPcieLinkGeneration`` / ``...Width``: the most "possible with this
+    #: device and system" (a Gen5 x16 GPU in a Gen4 x8 slot reports 4 and 8).
+    max_generation: int | None = None
+    max_width: int | None = None
+    #: ``nvmlDeviceGetGpuMaxPcieLinkGeneration``: the GPU's own maximum, whatever the slot
+    #: (exported from branch 525 on).
+    gpu_max_generation: int | None = None
+    #: ``nvmlDeviceGetPcieReplayCounter``: link-level retransmissions since the driver loaded.
+    replay_counter: int | None = None
+    #: ``nvmlDeviceGetUtilizationRates().gpu`` (percent), asked only in a read whose
+    #: current generation is below :attr:`reachable_generation`: whether the GPU was busy
+    #: then is what tells a link trained down from one idling to save power.
+    gpu_utilization: int | None = None
+
+    @property
+    def reachable_generation(self) -> int | None:
+        """The highest generation the link could reach: the system's maximum (NVML's is
+        already the lower of the GPU's and the slot's), and never above the GPU's own;
+        None when NVML does not say what the system allows."""
+        if self.max_generation is None:
+            return None
+        if self.gpu_max_generation is None:
+            return self.max_generation
+        return min(self.max_generation, self.gpu_max_generation)
+
+    @property
+    def reachable_width(self) -> int | None:
+        """The widest the link could be with this GPU in this slot (None: not reported)."""
+        return self.max_width
+
+
+@dataclass(frozen=True)
 class MigDevice:
     """A MIG device (GPU instance + compute instance) on a MIG-enabled GPU."""
 
@@ -192,6 +237,8 @@ class Gpu:
     pci_device_id: int | None = None
     #: PCI class code from sysfs (``0x030200`` 3D controller, ``0x030000`` VGA).
     pci_class: int | None = None
+    #: None when NVML reported nothing of it (and in facts captured before it was read).
+    pcie: PcieLink | None = None
     memory_total_bytes: int | None = None
     compute_major: int | None = None
     compute_minor: int | None = None
@@ -217,6 +264,14 @@ class Gpu:
     fabric: FabricInfo | None = None
     #: None when NVML reported nothing of it (and in facts captured before it was read).
     memory_health: MemoryHealth | None = None
+
+    @property
+    def coherently_attached(self) -> bool:
+        """Whether the GPU reaches its CPU over a coherent link (NVLink-C2C on Grace Hopper
+        and Grace Blackwell) rather than PCIe: NVML then makes the GPU's memory a NUMA node
+        of its own (:attr:`gpu_numa_id`). What NVML answers of such a GPU's PCIe link says
+        nothing of its path to the CPU (a GB10 answers a placeholder Gen1 x1)."""
+        return self.gpu_numa_id is not None
 
 
 @dataclass(frozen=True)

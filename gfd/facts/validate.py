@@ -26,6 +26,7 @@ from gfd.facts.model import (
     MemoryHealth,
     NodeFacts,
     NvLinkP2P,
+    PcieLink,
     PciPair,
 )
 from gfd.facts_limits import check_data_bounds
@@ -191,6 +192,8 @@ def _check_consistency(facts: NodeFacts, source: str) -> None:
             raise FactsError(source, f"{where}.memory_total_bytes", "must not be negative")
         if gpu.memory_health is not None:
             _check_memory_health(gpu.memory_health, f"{where}.memory_health", source)
+        if gpu.pcie is not None:
+            _check_pcie(gpu.pcie, f"{where}.pcie", source)
     gpu_count = len(facts.gpus)
     _check_pairs("pci_pairs", facts.pci_pairs, gpu_count, source)
     _check_pairs("nvlink_p2p", facts.nvlink_p2p, gpu_count, source)
@@ -218,6 +221,26 @@ def _check_memory_health(health: MemoryHealth, where: str, source: str) -> None:
             raise FactsError(
                 source, f"{where}.{name}", f"{value} is not a {bits}-bit count (0 to 2**{bits} - 1)"
             )
+
+
+#: NVML answers each PCIe fact in an ``unsigned int``; utilisation is a percentage.
+_PCIE_LIMITS = {
+    "current_generation": 2**32 - 1,
+    "current_width": 2**32 - 1,
+    "max_generation": 2**32 - 1,
+    "max_width": 2**32 - 1,
+    "gpu_max_generation": 2**32 - 1,
+    "replay_counter": 2**32 - 1,
+    "gpu_utilization": 100,
+}
+
+
+def _check_pcie(link: PcieLink, where: str, source: str) -> None:
+    """Each value of ``link`` is one NVML can report: not negative, within its range."""
+    for name, limit in _PCIE_LIMITS.items():
+        value = getattr(link, name)
+        if value is not None and not 0 <= value <= limit:
+            raise FactsError(source, f"{where}.{name}", f"{value} is not between 0 and {limit}")
 
 
 def _check_pairs(

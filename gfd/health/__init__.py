@@ -11,7 +11,7 @@ reads anyway). The package, one concern a module:
   (:mod:`~gfd.health.checks.gpu_lost`), ``device-plugin``
   (:mod:`~gfd.health.checks.device_plugin`), ``nvlink``
   (:mod:`~gfd.health.checks.nvlink`), ``xid`` (:mod:`~gfd.health.checks.xid`), ``memory``
-  (:mod:`~gfd.health.checks.memory`);
+  (:mod:`~gfd.health.checks.memory`), ``pcie`` (:mod:`~gfd.health.checks.pcie`);
 - :mod:`~gfd.health.dra_node`: whether NVIDIA's DRA driver rather than the device plugin
   hands out the node's GPUs (:class:`DraNodeWatch`), for the device-plugin check and
   ``--label-mode auto``;
@@ -38,6 +38,7 @@ from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
 from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
 from gfd.config.values import MEMORY_CHECK as MEMORY
 from gfd.config.values import NVLINK_CHECK as NVLINK
+from gfd.config.values import PCIE_CHECK as PCIE
 from gfd.config.values import XID_CHECK as XID
 from gfd.health.check import (
     CANNOT_DECIDE,
@@ -49,6 +50,7 @@ from gfd.health.check import (
     Check,
     CheckResult,
     EventRules,
+    PcieRules,
     Problem,
     Verdict,
 )
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
         REASON_UNCORRECTABLE_ECC,
     )
     from gfd.health.checks.nvlink import REASON_NVLINK
+    from gfd.health.checks.pcie import REASON_LINK_DEGRADED, REASON_REPLAYS_RISING
     from gfd.health.checks.xid import REASON_XID
 
     #: Every check's condition reasons by priority (importing it imports every check).
@@ -95,6 +98,8 @@ _FROM_A_CHECK = {
     "REASON_RESET_REQUIRED": "memory",
     "REASON_UNCORRECTABLE_ECC": "memory",
     "REASON_NVLINK": "nvlink",
+    "REASON_LINK_DEGRADED": "pcie",
+    "REASON_REPLAYS_RISING": "pcie",
     "REASON_XID": "xid",
 }
 
@@ -122,14 +127,17 @@ __all__ = [
     "MEMORY",
     "NVLINK",
     "OK",
+    "PCIE",
     "PENDING",
     "REASONS",
     "REASON_ALLOCATABLE",
     "REASON_GPU_LOST",
     "REASON_HEALTHY",
+    "REASON_LINK_DEGRADED",
     "REASON_MEMORY_FAILURE",
     "REASON_NVLINK",
     "REASON_PLUGIN_MISSING",
+    "REASON_REPLAYS_RISING",
     "REASON_RESET_REQUIRED",
     "REASON_UNCORRECTABLE_ECC",
     "REASON_XID",
@@ -145,6 +153,7 @@ __all__ = [
     "HealthState",
     "NodeConditionWriter",
     "PciScanner",
+    "PcieRules",
     "Problem",
     "Transition",
     "Verdict",

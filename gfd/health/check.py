@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gfd.config.values import DEFAULT_IGNORED_XIDS
+from gfd.config.values import DEFAULT_IGNORED_XIDS, DEFAULT_PCIE_REPLAYS_PER_MINUTE
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
 from gfd.pci import sysfs_bus_id
@@ -147,6 +147,23 @@ DEFAULT_EVENT_RULES = EventRules()
 
 
 @dataclass(frozen=True)
+class PcieRules:
+    """What the ``pcie`` check is given.
+
+    ``replays_per_minute``: a GPU whose replay counter rises faster than this, measured over
+    a minute or more, is failing. ``settle``: how long (seconds of :attr:`CheckSetup.clock`)
+    a link must be seen below what it could reach before it counts: the run's grace period,
+    0 in a one-shot run, which reads once and reports what that read shows.
+    """
+
+    replays_per_minute: int = DEFAULT_PCIE_REPLAYS_PER_MINUTE
+    settle: float = DEFAULT_GRACE_PERIOD
+
+
+DEFAULT_PCIE_RULES = PcieRules()
+
+
+@dataclass(frozen=True)
 class CheckSetup:
     """What the running configuration gives every check it builds.
 
@@ -155,7 +172,8 @@ class CheckSetup:
     ``dra_node`` tells whether NVIDIA's DRA driver rather than the device plugin hands
     out the GPUs (:class:`~gfd.health.dra_node.DraNodeWatch`, shared with the label mode;
     None: no API to read the driver's ResourceSlices from). ``events``: the Xid events
-    and how events are judged (:class:`EventRules`).
+    and how events are judged (:class:`EventRules`); ``pcie``: the PCIe link's rules
+    (:class:`PcieRules`).
     """
 
     sysfs_root: Path
@@ -166,6 +184,7 @@ class CheckSetup:
     log: Any = field(default=None, compare=False)
     dra_node: DraNodeWatch | None = field(default=None, compare=False)
     events: EventRules = DEFAULT_EVENT_RULES
+    pcie: PcieRules = DEFAULT_PCIE_RULES
 
 
 @dataclass(frozen=True)

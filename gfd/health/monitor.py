@@ -19,12 +19,14 @@ from gfd.facts import NodeFacts
 from gfd.health.check import (
     DEFAULT_EVENT_RULES,
     DEFAULT_GRACE_PERIOD,
+    DEFAULT_PCIE_RULES,
     Check,
     CheckFactory,
     CheckSetup,
     EventRules,
     GpuDirectory,
     Observation,
+    PcieRules,
     Verdict,
 )
 from gfd.health.registry import REGISTRY
@@ -48,7 +50,8 @@ class HealthMonitor:
     again, and the GPU names carry over. ``registry``: the checks to choose from.
     ``dra_node``: whether the DRA driver hands out the GPUs, for the device-plugin check
     (:class:`~gfd.health.check.CheckSetup`). ``events``: the
-    Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`).
+    Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`);
+    ``pcie``: the PCIe link's rules (:class:`~gfd.health.check.PcieRules`).
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class HealthMonitor:
         registry: Mapping[str, CheckFactory] = REGISTRY,
         dra_node: DraNodeWatch | None = None,
         events: EventRules = DEFAULT_EVENT_RULES,
+        pcie: PcieRules = DEFAULT_PCIE_RULES,
     ) -> None:
         self.setup = CheckSetup(
             sysfs_root=sysfs_root,
@@ -75,6 +79,7 @@ class HealthMonitor:
             log=log,
             dra_node=dra_node,
             events=events,
+            pcie=pcie,
         )
         self.gpus: GpuDirectory = GpuDirectory(previous.gpus if previous is not None else None)
         earlier = previous._built if previous is not None else {}

@@ -23,6 +23,7 @@ from gfd.config.values import (
     GPU_LOST_CHECK,
     MEMORY_CHECK,
     NVLINK_CHECK,
+    PCIE_CHECK,
     XID_CHECK,
 )
 from gfd.health.check import CheckFactory
@@ -59,6 +60,7 @@ CHECKS: tuple[CheckEntry, ...] = (
     CheckEntry(NVLINK_CHECK, "nvlink", "NvLinkCheck"),
     CheckEntry(XID_CHECK, "xid", "XidCheck"),
     CheckEntry(MEMORY_CHECK, "memory", "MemoryCheck"),
+    CheckEntry(PCIE_CHECK, "pcie", "PcieCheck"),
 )
 
 

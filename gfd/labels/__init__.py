@@ -7,9 +7,9 @@ in :data:`LABELERS`, merged in this fixed, documented order (later wins on a sha
 labels (with sharing; in hardware mode without it), 5. GPU mode, 6. MIG capability,
 7. MIG strategy (overrides ``gpu.*`` under ``single``; in hardware mode the MIG layout
 instead), 8. MPS capability, 9. per-model counts on nodes with several models, 10. vGPU,
-11. fabric clique, 12. topology, 13. health.
+11. fabric clique, 12. PCIe link, 13. topology, 14. health.
 
-A node without GPUs gets only the families that apply without GPUs (1, 10 and 13);
+A node without GPUs gets only the families that apply without GPUs (1, 10 and 14);
 that is a property of each labeler, not a separate path. So is the label mode
 (``--label-mode``, :attr:`~gfd.labels.labeler.LabelOptions.mode`): each labeler names
 the modes it is published in, ``device-plugin`` (today's set, the reference's) and
@@ -48,6 +48,7 @@ from gfd.labels.labeler import CYCLE_LABEL_MODES, CycleInputs, Labeler, LabelOpt
 from gfd.labels.mig import MIG_STRATEGY_LABELER
 from gfd.labels.mig_layout import MIG_LAYOUT_LABELER
 from gfd.labels.models import MODELS_LABELER
+from gfd.labels.pcie import PCIE_LABELER
 from gfd.labels.rules import key_problem, value_problem
 from gfd.labels.sharing import MPS_LABELER
 from gfd.labels.topology import TOPOLOGY_LABELER
@@ -81,6 +82,7 @@ LABELERS: tuple[Labeler, ...] = (
     MODELS_LABELER,
     VGPU_LABELER,
     FABRIC_LABELER,
+    PCIE_LABELER,
     TOPOLOGY_LABELER,
     HEALTH_LABELER,
 )

@@ -145,7 +145,7 @@ class AgentTelemetry:
         self._health_failing = prometheus_client.Gauge(
             "gfd_health_check_failing",
             "1 while a GPU health check reports a problem (gpu-lost, device-plugin, "
-            "nvlink, xid, memory), else 0; only the checks that run have a series.",
+            "nvlink, xid, memory, pcie), else 0; only the checks that run have a series.",
             ["check"],
             registry=registry,
         )
@@ -153,14 +153,15 @@ class AgentTelemetry:
             "gfd_health_check_problems",
             "Problems the check found in its last run, those still in their grace "
             "period included (GPUs lost, resources short, GPUs with links down, GPUs with "
-            "a fatal Xid held, memory problems).",
+            "a fatal Xid held, memory problems, PCIe links degraded or replaying).",
             ["check"],
             registry=registry,
         )
         self._health_undecided = prometheus_client.Gauge(
             "gfd_health_check_cannot_decide",
             "1 while a GPU health check cannot judge part of what it watches (a GPU "
-            "without ECC, one not watched for Xids, a run no Xid can reach), else 0.",
+            "without ECC, one not watched for Xids, a run no Xid can reach, a GPU whose "
+            "PCIe link NVML does not report), else 0.",
             ["check"],
             registry=registry,
         )

@@ -32,6 +32,7 @@ OLDEST_BRANCH = EMULATED_BRANCHES[0]
 FIRST_EXPORTED_IN: dict[str, int] = {
     "nvmlDeviceGetGpuFabricInfo": 525,
     "nvmlDeviceGetGpuInstanceProfileInfoV": 525,
+    "nvmlDeviceGetGpuMaxPcieLinkGeneration": 525,
     "nvmlDeviceGetMemoryInfo_v2": 525,
     "nvmlGpuInstanceGetComputeInstanceProfileInfoV": 525,
     "nvmlDeviceGetGpuFabricInfoV": 550,

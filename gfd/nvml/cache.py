@@ -21,6 +21,15 @@ class _Unread:
 UNREAD: Any = _Unread()
 
 
+@dataclass(frozen=True)
+class PcieMaxima:
+    """What a GPU's PCIe link could reach (see gfd.nvml.pcie); each None is NOT_SUPPORTED."""
+
+    generation: int | None
+    width: int | None
+    gpu_generation: int | None
+
+
 @dataclass
 class GpuStatic:
     """The facts of one GPU (by UUID) that cannot change while an NVML session lasts."""
@@ -51,6 +60,10 @@ class GpuStatic:
     ecc_enabled: Any = UNREAD
     remapped_rows_supported: bool | None = None
     retired_pages_supported: bool | None = None
+    #: The PCIe link's maxima (:class:`PcieMaxima`), fixed by the GPU and its slot, and
+    #: the PCIe calls of every read that this GPU answered absent (not asked again).
+    pcie_maxima: Any = UNREAD
+    pcie_unanswered: set[str] = field(default_factory=set)
 
 
 @dataclass

@@ -5,8 +5,8 @@ UUID), reads what cannot change while it keeps that UUID once per session (PCI i
 and class, memory, compute capability, architecture, brand, NUMA nodes, CPU affinity:
 :func:`read_gpu_static`), and composes the reads that can change from cycle to cycle:
 MIG mode and devices (:mod:`gfd.nvml.mig`), NVLinks (:mod:`gfd.nvml.nvlink`) and fabric
-(:mod:`gfd.nvml.fabric`), memory health (:mod:`gfd.nvml.memory_health`). A further
-per-device fact is one more read composed here.
+(:mod:`gfd.nvml.fabric`), the PCIe link (:mod:`gfd.nvml.pcie`), memory health
+(:mod:`gfd.nvml.memory_health`). A further per-device fact is one more read composed here.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from gfd.nvml.fabric import read_fabric
 from gfd.nvml.memory_health import read_memory_health
 from gfd.nvml.mig import mig_devices_if_enabled
 from gfd.nvml.nvlink import read_nvlink_version, read_nvlinks
+from gfd.nvml.pcie import read_pcie
 from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
 
 #: Words of 64 CPUs asked of nvmlDeviceGetCpuAffinity: 4096 CPUs covers any machine shipped.
@@ -50,6 +51,7 @@ def read_gpu(nv: NvmlCaller, index: int, handle: Any, sysfs_root: Path, cache: R
         bus_id=static.bus_id,
         pci_device_id=static.pci_device_id,
         pci_class=static.pci_class,
+        pcie=read_pcie(nv, handle, static),
         memory_total_bytes=static.memory_total_bytes,
         compute_major=static.compute_major,
         compute_minor=static.compute_minor,

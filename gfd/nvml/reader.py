@@ -135,6 +135,30 @@ NVML_CALLS: tuple[NvmlCall, ...] = (
     ),
     NvmlCall("nvmlDeviceGetGpuFabricInfo", "optional", "gpus[].fabric where ...InfoV is missing"),
     NvmlCall(
+        "nvmlDeviceGetMaxPcieLinkGeneration",
+        "optional",
+        "gpus[].pcie.max_generation (asked once per session: fixed by the GPU and its slot)",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetMaxPcieLinkWidth",
+        "optional",
+        "gpus[].pcie.max_width (asked once per session)",
+    ),
+    NvmlCall(
+        "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+        "optional",
+        "gpus[].pcie.gpu_max_generation (asked once per session)",
+        "none: what the link could reach is then max_generation alone (branch 470)",
+    ),
+    NvmlCall("nvmlDeviceGetCurrPcieLinkGeneration", "optional", "gpus[].pcie.current_generation"),
+    NvmlCall("nvmlDeviceGetCurrPcieLinkWidth", "optional", "gpus[].pcie.current_width"),
+    NvmlCall("nvmlDeviceGetPcieReplayCounter", "optional", "gpus[].pcie.replay_counter"),
+    NvmlCall(
+        "nvmlDeviceGetUtilizationRates",
+        "optional",
+        "gpus[].pcie.gpu_utilization (asked only while the current generation is below reach)",
+    ),
+    NvmlCall(
         "nvmlDeviceGetEccMode",
         "optional",
         "gpus[].memory_health.ecc_enabled (asked once per session: it changes only with a reset)",

@@ -5,7 +5,8 @@ This module owns, per GPU, what the C library serves to ``nvmlDeviceGetEccMode``
 ``nvmlDeviceGetRetiredPages*``, ``nvmlDeviceGetRetiredPagesPendingStatus`` and
 ``nvmlDeviceGetSupportedEventTypes``, rendered as the machine file's ``value NAME N``
 records (:func:`value_records`; a value not written is NOT_SUPPORTED), and the names of
-those values (:class:`GpuValue`), which faults that change them use too.
+every GPU value of the machine file (:class:`GpuValue`, the PCIe link's included, whose
+records :mod:`gfd.sim.pcie_link` writes), which faults that change them use too.
 
 A GPU serves its facts' ``memory_health`` exactly as written, so that gfd's reader reads
 back what the facts say (``null``, and each null part, is NOT_SUPPORTED);
@@ -70,6 +71,14 @@ class GpuValue(StrEnum):
     RETIRED_PAGES_DOUBLE_BIT = "retired_pages_double_bit"
     RETIRED_PAGES_PENDING = "retired_pages_pending"
     EVENT_TYPES = "event_types"
+    #: The PCIe link's (gfd.sim.pcie_link): levels faults set, a count they raise.
+    PCIE_CURRENT_GENERATION = "pcie_current_generation"
+    PCIE_CURRENT_WIDTH = "pcie_current_width"
+    PCIE_MAX_GENERATION = "pcie_max_generation"
+    PCIE_MAX_WIDTH = "pcie_max_width"
+    PCIE_GPU_MAX_GENERATION = "pcie_gpu_max_generation"
+    PCIE_REPLAY_COUNTER = "pcie_replay_counter"
+    GPU_UTILIZATION = "gpu_utilization"
 
 
 #: The largest value of a 32-bit count (remapped rows, retired pages).

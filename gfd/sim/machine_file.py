@@ -28,6 +28,7 @@ from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branc
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 from gfd.pci import DISPLAY_BASE_CLASS
 from gfd.sim.gpu_health import check_memory_health, value_records
+from gfd.sim.pcie_link import check_pcie, pcie_value_records
 
 if TYPE_CHECKING:
     from gfd.sim.faults import Faults
@@ -111,6 +112,7 @@ def check_servable(facts: NodeFacts, source: str) -> None:
     for i, gpu in enumerate(facts.gpus):
         where = f"gpus[{i}]"
         check_memory_health(gpu, source, where)
+        check_pcie(gpu, source, where)
         _check_text(gpu.name, NAME_BUFFER, source, f"{where}.name")
         _check_text(gpu.uuid, UUID_BUFFER, source, f"{where}.uuid")
         if gpu.cpu_affinity is not None and len(gpu.cpu_affinity) > MAX_LINE_TEXT:
@@ -232,6 +234,10 @@ _BRANCH_FIELDS = (
 )
 
 
+#: The one PCIe fact some branches cannot report (470 lacks it).
+_GPU_MAX_PCIE_GENERATION = "nvmlDeviceGetGpuMaxPcieLinkGeneration"
+
+
 def _check_branch_serves(facts: NodeFacts, branch: int, source: str) -> None:
     """A fact the driver branch's NVML has no function for cannot be served as written."""
     for i, gpu in enumerate(facts.gpus):
@@ -244,6 +250,18 @@ def _check_branch_serves(facts: NodeFacts, branch: int, source: str) -> None:
                 f"gpus[{i}].{name}",
                 f"driver {facts.driver_version} (NVML of branch {branch}) has no "
                 f"{functions[-1]}; remove the field or name a driver of branch {first} or later",
+            )
+        if (
+            gpu.pcie is not None
+            and gpu.pcie.gpu_max_generation is not None
+            and not exported_in(_GPU_MAX_PCIE_GENERATION, branch)
+        ):
+            raise FactsError(
+                source,
+                f"gpus[{i}].pcie.gpu_max_generation",
+                f"driver {facts.driver_version} (NVML of branch {branch}) has no "
+                f"{_GPU_MAX_PCIE_GENERATION}; set it to null or name a driver of branch "
+                f"{FIRST_EXPORTED_IN[_GPU_MAX_PCIE_GENERATION]} or later",
             )
         if (
             gpu.fabric is not None
@@ -356,6 +374,7 @@ def _gpu_lines(gpu: Gpu) -> list[str]:
         kind = NVLINK_REMOTE_TYPES[link.remote_type] if link.remote_type is not None else "-"
         lines.append(f"nvlink {link.index} {int(link.active)} {bus} {kind}")
     lines.extend(value_records(gpu))
+    lines.extend(pcie_value_records(gpu))
     if gpu.fabric is not None:
         fabric = gpu.fabric
         health = "-" if fabric.health_mask is None else str(fabric.health_mask)

@@ -34,6 +34,8 @@
  *   sim_fabric.c    GetGpuFabricInfo*, GetVirtualizationMode
  *   sim_health.c    GetEccMode, GetTotalEccErrors, GetRemappedRows, GetRetiredPages*,
  *                   GetRetiredPagesPendingStatus
+ *   sim_pcie.c      Get{Curr,Max}PcieLink{Generation,Width}, GetGpuMaxPcieLinkGeneration,
+ *                   GetPcieReplayCounter, GetUtilizationRates
  *   sim_events.c    nvmlEventSetCreate, RegisterEvents, GetSupportedEventTypes,
  *                   nvmlEventSetWait*, nvmlEventSetFree; delivering posted events
  *
@@ -145,6 +147,13 @@ typedef enum {
     SIM_VALUE_RETIRED_DOUBLE_BIT,      /* pages retired for a double-bit error */
     SIM_VALUE_RETIRED_PENDING,         /* nvmlEnableState_t */
     SIM_VALUE_EVENT_TYPES,             /* nvmlDeviceGetSupportedEventTypes mask */
+    SIM_VALUE_PCIE_CURRENT_GENERATION, /* a link level: set, never risen */
+    SIM_VALUE_PCIE_CURRENT_WIDTH,
+    SIM_VALUE_PCIE_MAX_GENERATION,
+    SIM_VALUE_PCIE_MAX_WIDTH,
+    SIM_VALUE_PCIE_GPU_MAX_GENERATION,
+    SIM_VALUE_PCIE_REPLAY_COUNTER,     /* a 32-bit count */
+    SIM_VALUE_GPU_UTILIZATION,         /* percent */
     SIM_VALUE_COUNT
 } sim_value_id;
 

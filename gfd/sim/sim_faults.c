@@ -29,7 +29,16 @@
 /* ------------------------------------------------------------------------- */
 /* Per-GPU values */
 
-typedef enum { VALUE_FLAG, VALUE_COUNT32, VALUE_COUNT64, VALUE_EVENT_MASK } value_kind;
+/* A level (a PCIe link's generation or width) is set by faults, never risen; a percent
+ * runs 0 to 100. */
+typedef enum {
+    VALUE_FLAG,
+    VALUE_COUNT32,
+    VALUE_COUNT64,
+    VALUE_EVENT_MASK,
+    VALUE_LEVEL,
+    VALUE_PERCENT
+} value_kind;
 
 static const struct {
     const char *name;
@@ -49,11 +58,20 @@ static const struct {
     [SIM_VALUE_RETIRED_DOUBLE_BIT] = {"retired_pages_double_bit", VALUE_COUNT32},
     [SIM_VALUE_RETIRED_PENDING] = {"retired_pages_pending", VALUE_FLAG},
     [SIM_VALUE_EVENT_TYPES] = {"event_types", VALUE_EVENT_MASK},
+    [SIM_VALUE_PCIE_CURRENT_GENERATION] = {"pcie_current_generation", VALUE_LEVEL},
+    [SIM_VALUE_PCIE_CURRENT_WIDTH] = {"pcie_current_width", VALUE_LEVEL},
+    [SIM_VALUE_PCIE_MAX_GENERATION] = {"pcie_max_generation", VALUE_LEVEL},
+    [SIM_VALUE_PCIE_MAX_WIDTH] = {"pcie_max_width", VALUE_LEVEL},
+    [SIM_VALUE_PCIE_GPU_MAX_GENERATION] = {"pcie_gpu_max_generation", VALUE_LEVEL},
+    [SIM_VALUE_PCIE_REPLAY_COUNTER] = {"pcie_replay_counter", VALUE_COUNT32},
+    [SIM_VALUE_GPU_UTILIZATION] = {"gpu_utilization", VALUE_PERCENT},
 };
 
 static unsigned long long value_max(sim_value_id id) {
     switch (value_table[id].kind) {
     case VALUE_FLAG: return 1;
+    case VALUE_PERCENT: return 100;
+    case VALUE_LEVEL:
     case VALUE_COUNT32: return UINT_MAX;
     case VALUE_EVENT_MASK: return (unsigned long long)nvmlEventTypeAll;
     case VALUE_COUNT64: break;

@@ -33,6 +33,11 @@ GFD_TOPOLOGY_KEYS = frozenset(
         "pcie.worst",
     )
 )
+#: gfd's PCIe link labels (what the GPUs' links could reach), which the reference has no
+#: equivalent of (docs/labels.md).
+GFD_PCIE_LINK_KEYS = frozenset(f"{PREFIX}gpu.pcie.{name}" for name in ("generation", "width"))
+#: Every label of gfd's own that a node with GPUs may carry beside the reference's.
+GFD_OWN_KEYS = GFD_TOPOLOGY_KEYS | GFD_PCIE_LINK_KEYS
 #: What the reference's per-model full-GPU labeler writes; with two models, the model
 #: whose labeler ran last wins, at random, on every run (``internal/lm/nvml.go``).
 FULL_GPU_MODEL_KEYS = frozenset(
@@ -116,6 +121,15 @@ EXPECTED_DIFFERENCES: tuple[ExpectedDifference, ...] = (
         matches=lambda d: d.key in GFD_TOPOLOGY_KEYS and d.reference is None,
     ),
     ExpectedDifference(
+        name="gfd-pcie-link-keys",
+        reason=(
+            "gfd adds the generation and width the GPUs' PCIe links could reach, which the "
+            "reference does not read"
+        ),
+        tag=None,
+        matches=lambda d: d.key in GFD_PCIE_LINK_KEYS and d.reference is None,
+    ),
+    ExpectedDifference(
         name="mixed-models-flap",
         reason=(
             "with two GPU models the reference's full-GPU keys come from whichever model's "
@@ -166,6 +180,11 @@ EXPECTED_DIFFERENCES: tuple[ExpectedDifference, ...] = (
 )
 
 
+#: The entries of gfd's own labels: every labelled case has them, so a case that needs
+#: only these counts as identical.
+GFD_OWN_ENTRIES = frozenset({"gfd-topology-keys", "gfd-pcie-link-keys"})
+
+
 def label_differences(
     reference: Mapping[str, str], gfd: Mapping[str, str]
 ) -> list[LabelDifference]:
@@ -197,7 +216,7 @@ def refusal_entry(tags: frozenset[str]) -> ExpectedDifference | None:
 class Verdict:
     """How one case compared: the reviewed entries it needed, and what nothing explains."""
 
-    #: Reviewed entries used, besides gfd's topology keys (which every labelled case has).
+    #: Reviewed entries used, besides gfd's own keys (which every labelled case has).
     expected: tuple[str, ...]
     unexpected: tuple[str, ...]
 
@@ -232,7 +251,7 @@ def compare(
         entry = explain(difference, tags)
         if entry is None:
             unexpected.append(str(difference))
-        elif entry.name != "gfd-topology-keys":
+        elif entry.name not in GFD_OWN_ENTRIES:
             used[entry.name] = None
     return Verdict(tuple(used), tuple(unexpected))
 

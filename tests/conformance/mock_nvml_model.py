@@ -307,6 +307,34 @@ def _memory_health(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _pcie(cfg: Mapping[str, Any], hidden_exports: frozenset[str]) -> dict[str, Any]:
+    """``engine/device.go``: ``GetCurrPcieLinkGeneration``/``Width`` and
+    ``GetMaxPcieLinkGeneration``/``Width`` answer the ``pcie`` block's ``current_link_*`` and
+    ``max_link_*`` (NOT_SUPPORTED for 0 or no block); ``GetGpuMaxPcieLinkGeneration`` answers
+    ``max_link_gen`` too (the mock has no host-side limit); ``GetPcieReplayCounter`` answers 0
+    whatever the config says. gfd asks utilisation only below the reachable generation."""
+    pcie = cfg.get("pcie") or {}
+
+    def level(key: str) -> int | None:
+        return int(pcie.get(key) or 0) or None
+
+    link = {
+        "current_generation": level("current_link_gen"),
+        "current_width": level("current_link_width"),
+        "max_generation": level("max_link_gen"),
+        "max_width": level("max_link_width"),
+        "gpu_max_generation": None
+        if "nvmlDeviceGetGpuMaxPcieLinkGeneration" in hidden_exports
+        else level("max_link_gen"),
+        "replay_counter": 0,
+        "gpu_utilization": None,
+    }
+    current, reachable = link["current_generation"], link["max_generation"]
+    if current is not None and reachable is not None and current < reachable:
+        raise ModelGap("a link below its maximum generation (gfd then asks utilisation)")
+    return link
+
+
 def expected_facts(
     config: Mapping[str, Any],
     hidden_exports: frozenset[str] = frozenset(),
@@ -443,6 +471,7 @@ def expected_facts(
                     if fabric_call == "nvmlDeviceGetGpuFabricInfoV"
                     else None,
                 },
+                "pcie": _pcie(cfg, hidden_exports),
                 "memory_health": _memory_health(cfg),
             }
         )

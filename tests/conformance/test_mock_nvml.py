@@ -47,6 +47,7 @@ MISSING_IN_470 = frozenset(
         "nvmlDeviceGetGpuFabricInfo",
         "nvmlDeviceGetGpuInstanceProfileInfoV",
         "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetGpuMaxPcieLinkGeneration",
     }
 )
 MISSING_IN_535 = frozenset({"nvmlDeviceGetNumaNodeId", "nvmlDeviceGetGpuFabricInfoV"})
@@ -83,6 +84,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "mig": ((), ("mig_mode_current", "mig_mode_pending", "mig_devices")),
     "nvlink": ((), ("nvlink_version", "nvlinks")),
     "fabric": ((), ("fabric",)),
+    "pcie": ((), ("pcie",)),
     "memory_health": ((), ("memory_health",)),
     "topology": (("pci_pairs", "nvlink_p2p"), ()),
     "vgpu": (("vgpu",), ()),

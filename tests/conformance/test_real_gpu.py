@@ -11,19 +11,22 @@ expectation is read from those files.
 from __future__ import annotations
 
 import io
+import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from gfd.cli import main as gfd_main
-from gfd.facts import MemoryHealth, NodeFacts, RemappedRows
+from gfd.facts import MemoryHealth, NodeFacts, PcieLink, RemappedRows, dump_facts
 from gfd.health import MEMORY, OK, HealthMonitor
 from gfd.nvml.reader import read_facts
 from gfd.sim import library_path, load_profile, simulate
 from gfd.sim.branch_library import dynamic_exports
 from tests.conformance.differences import explain, label_differences
 from tests.reliability.agent_process import parse_label_lines
+from tests.sim import read_simulated
 
 RECORDS = Path(__file__).resolve().parent.parent / "records" / "real-gpu"
 CAPTURES = sorted(path for path in RECORDS.iterdir() if (path / "facts.yaml").is_file())
@@ -230,3 +233,37 @@ def test_the_real_library_exports_every_call_the_simulator_serves(capture: Path)
     simulated = {name for name in dynamic_exports(library_path()) if name.startswith("nvml")}
     assert simulated, "the simulator library exports no NVML call"
     assert sorted(simulated - real) == []
+
+
+#: The H200 captured again with gfd's memory health, and its PCIe answers read by pynvml
+#: idle, under a bf16 matmul with host copies, and after (``pcie.json``).
+H200_WITH_PCIE = RECORDS / "h200-580.159.04-2026-12-04"
+#: Which NVML call gives which fact of the ``pcie`` block.
+PCIE_ANSWERS = {
+    "current_generation": "nvmlDeviceGetCurrPcieLinkGeneration",
+    "current_width": "nvmlDeviceGetCurrPcieLinkWidth",
+    "max_generation": "nvmlDeviceGetMaxPcieLinkGeneration",
+    "max_width": "nvmlDeviceGetMaxPcieLinkWidth",
+    "gpu_max_generation": "nvmlDeviceGetGpuMaxPcieLinkGeneration",
+    "replay_counter": "nvmlDeviceGetPcieReplayCounter",
+}
+
+
+@pytest.mark.parametrize("moment", ["idle", "busy", "after"])
+def test_the_real_h200_with_its_pcie_answers_labels_gen5_x16_and_healthy(
+    moment: str, tmp_path: Path
+) -> None:
+    answers = json.loads((H200_WITH_PCIE / "pcie.json").read_text())[moment]
+    link = PcieLink(**{fact: int(answers[call]) for fact, call in PCIE_ANSWERS.items()})
+    captured = load_profile(str(H200_WITH_PCIE / "facts.json")).facts
+    facts = replace(captured, gpus=tuple(replace(gpu, pcie=link) for gpu in captured.gpus))
+    machine = tmp_path / "h200.yaml"
+    machine.write_text(dump_facts(facts))
+    # The reader reads the answers back from the simulator as the real driver gave them ...
+    assert read_simulated(facts) == facts
+    # ... and they label as the real link is: Gen5 x16, healthy (no grace in a one-shot run).
+    text = gfd_out("--simulate", str(machine), "--oneshot", "--health-label", "-o", "-")
+    labels = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    assert labels["nvidia.com/gpu.pcie.generation"] == "5"
+    assert labels["nvidia.com/gpu.pcie.width"] == "16"
+    assert labels["nvidia.com/gpu.health"] == "healthy"

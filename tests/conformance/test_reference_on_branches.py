@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gfd.facts import NodeFacts
-from tests.conformance.differences import GFD_TOPOLOGY_KEYS
+from tests.conformance.differences import GFD_OWN_KEYS
 from tests.conformance.reference import (
     MachineSpec,
     ReferenceSource,
@@ -71,8 +71,8 @@ def test_same_labels_as_the_reference_on_each_branch(
     theirs = reference_case(source, spec, run, machine, tmp_path / "reference.out").labels
     ours = run_gfd(machine, tmp_path / "gfd.out").labels
     assert theirs is not None and ours is not None
-    assert set(ours) - set(theirs) <= GFD_TOPOLOGY_KEYS, sorted(set(ours) - set(theirs))
-    common = {k: v for k, v in ours.items() if k not in GFD_TOPOLOGY_KEYS}
+    assert set(ours) - set(theirs) <= GFD_OWN_KEYS, sorted(set(ours) - set(theirs))
+    common = {k: v for k, v in ours.items() if k not in GFD_OWN_KEYS}
     assert common == theirs
     # The machine really runs that branch (both read it from the simulated NVML).
     assert theirs["nvidia.com/cuda.driver-version.major"] == str(branch)

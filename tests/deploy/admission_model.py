@@ -92,6 +92,8 @@ HEALTH_REASONS = frozenset(
         "GPUMemoryFailure",
         "GPUResetRequired",
         "UncorrectableECC",
+        "PCIeLinkDegraded",
+        "PCIeReplaysRising",
     }
 )
 #: Every field of NodeStatus (Kubernetes 1.36) but conditions: what the health policy
@@ -249,7 +251,8 @@ HEALTH_FOREIGN_CONDITIONS = (
 HEALTH_CONDITION_SHAPE = (
     "gfd's GPUHealthy condition must be one entry with status True or False and one of "
     "gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, AllocatableMismatch, "
-    "NVLinkDegraded, XidError, GPUMemoryFailure, GPUResetRequired, UncorrectableECC)"
+    "NVLinkDegraded, XidError, GPUMemoryFailure, GPUResetRequired, UncorrectableECC, "
+    "PCIeLinkDegraded, PCIeReplaysRising)"
 )
 HEALTH_STATUS_FIELDS = (
     "gfd may change only the GPUHealthy condition of a node's status, no other status field"

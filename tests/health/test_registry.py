@@ -54,6 +54,8 @@ def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:
         "GPUMemoryFailure",
         "GPUResetRequired",
         "UncorrectableECC",
+        "PCIeLinkDegraded",
+        "PCIeReplaysRising",
     )
 
 

@@ -307,13 +307,19 @@ def test_without_the_condition_no_status_or_event_rights(
 
 
 def test_health_values_reach_gfd_only_with_the_node_sink(helm: Helm) -> None:
-    tuned = {"health": {"label": True, "gracePeriod": "90s"}}
-    assert _health_args(helm.template(tuned)) == ["--health-label", "--health-grace-period=90s"]
-    assert _health_args(helm.template({"health": {"gracePeriod": "5m"}})) == []
+    tuned = {"health": {"label": True, "gracePeriod": "90s", "pcieReplayRate": 20}}
+    assert _health_args(helm.template(tuned)) == [
+        "--health-label",
+        "--health-grace-period=90s",
+        "--health-pcie-replay-rate=20",
+    ]
+    assert _health_args(helm.template({"health": {"gracePeriod": "5m", "pcieReplayRate": 8}})) == []
     elsewhere = {**tuned, "sinks": {"node": {"enabled": False}, "nodeFeature": {"enabled": True}}}
     assert _health_args(helm.template(elsewhere)) == []
     # A null (gfd's default) leaves the flags out and keeps the condition's rights.
-    nulls = helm.template({"health": {"condition": None, "label": None, "gracePeriod": None}})
+    nulls = helm.template(
+        {"health": {"condition": None, "label": None, "gracePeriod": None, "pcieReplayRate": None}}
+    )
     assert _health_args(nulls) == []
     assert _names(nulls) >= HEALTH_OBJECTS
 
@@ -431,6 +437,9 @@ REFUSED = [
     ({"health": {"gracePeriod": "5"}}, "/health/gracePeriod"),
     ({"health": {"gracePeriod": 300}}, "/health/gracePeriod"),
     ({"health": {"grace": "5m"}}, "grace"),
+    ({"health": {"pcieReplayRate": 0}}, "/health/pcieReplayRate"),
+    ({"health": {"pcieReplayRate": "8"}}, "/health/pcieReplayRate"),
+    ({"health": {"pcieReplayRate": 2.5}}, "/health/pcieReplayRate"),
     ({"healthTaint": {"enabled": "yes"}}, "/healthTaint/enabled"),
     ({"healthTaint": {"effect": "PreferNoSchedule"}}, "/healthTaint/effect"),
     ({"healthTaint": {"key": "example.com/x"}}, "key"),

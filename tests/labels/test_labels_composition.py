@@ -34,6 +34,7 @@ def test_the_families_are_listed_in_the_documented_order() -> None:
         "per-model counts",
         "vGPU",
         "fabric clique",
+        "PCIe link",
         "topology",
         "health",
     ]
@@ -85,7 +86,8 @@ def test_withheld_labels_are_reported_in_the_order_of_the_families() -> None:
     facts = make_facts([make_gpu(0)], driver_version="550", vgpu=None)
     withheld = [key for key, _why in compose(CycleInputs(facts)).withheld]
     assert withheld[0] == f"{P}cuda.driver-version.major"
-    assert withheld[-1] == f"{P}vgpu.present"
+    # The vGPU family, then the PCIe link's (the GPU reports no link).
+    assert withheld[-3:] == [f"{P}vgpu.present", f"{P}gpu.pcie.generation", f"{P}gpu.pcie.width"]
 
 
 def test_a_family_that_does_not_apply_without_gpus_withholds_nothing_there() -> None:

@@ -384,11 +384,21 @@ def node_base(driver: str, cuda: tuple[str, str], machine: str) -> dict[str, str
     }
 
 
+def pcie_reach(generation: int, width: int) -> dict[str, str]:
+    """The PCIe link labels of GPUs whose links reach Gen``generation`` x``width``."""
+    return {f"{P}gpu.pcie.generation": str(generation), f"{P}gpu.pcie.width": str(width)}
+
+
 DGX_A100 = {
     **node_base("550.90.07", ("12", "4"), "DGXA100-920-23687-2530-000"),
     **a100_full(8, replicas=0),
+    **pcie_reach(4, 16),  # A100 SXM4: PCIe Gen4 x16
 }
-HGX_H200 = {**node_base("580.105.08", ("13", "0"), "SYS-821GE-TNHR"), **h200_full(8, replicas=0)}
+HGX_H200 = {
+    **node_base("580.105.08", ("13", "0"), "SYS-821GE-TNHR"),
+    **h200_full(8, replicas=0),
+    **pcie_reach(5, 16),  # H200 SXM: PCIe Gen5 x16
+}
 A100_4G = ("NVIDIA-A100-SXM4-40GB-MIG-4g.20gb", 19968, 56, 4, 4, (4, 2, 0, 0, 0))
 A100_7G = ("NVIDIA-A100-SXM4-40GB-MIG-7g.40gb", 40192, 98, 7, 7, (7, 5, 0, 1, 1))
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from gfd.cli import main as gfd_main
-from gfd.facts import NodeFacts, dump_facts
+from gfd.facts import Gpu, NodeFacts, dump_facts
+from gfd.nvml.branches import driver_branch, exported_in
 from gfd.nvml.reader import read_facts, read_facts_without_nvml
 from gfd.sim import BUNDLED_PROFILES, load_profile, simulate
 from tests.facts_readback import load_facts
@@ -140,12 +141,21 @@ CAPTURED_DRIVERS = [
 ]
 
 
+def _without_gpu_max_generation(gpu: Gpu) -> Gpu:
+    return (
+        gpu if gpu.pcie is None else replace(gpu, pcie=replace(gpu.pcie, gpu_max_generation=None))
+    )
+
+
 @pytest.mark.parametrize(("driver", "cuda", "profile"), CAPTURED_DRIVERS)
 def test_a_machine_of_any_driver_version_replays_as_it_was_captured(
     driver: str, cuda: int, profile: str, tmp_path: Path
 ) -> None:
     machine = tmp_path / "machine.yaml"
     facts = replace(load_profile(profile).facts, driver_version=driver, cuda_driver_version=cuda)
+    if not exported_in("nvmlDeviceGetGpuMaxPcieLinkGeneration", driver_branch(driver)):
+        # What such a driver captures: its NVML has no GPU maximum of the PCIe link.
+        facts = replace(facts, gpus=tuple(_without_gpu_max_generation(g) for g in facts.gpus))
     machine.write_text(dump_facts(facts))
     captured = tmp_path / "captured.yaml"
     captured.write_text(gfd_out("--simulate", str(machine), "facts"))

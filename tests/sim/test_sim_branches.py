@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.facts import FabricInfo, FactsError, NodeFacts
+from gfd.facts import FabricInfo, FactsError, NodeFacts, PcieLink
 from gfd.nvml.branches import (
     EMULATED_BRANCHES,
     FIRST_EXPORTED_IN,
@@ -48,8 +48,9 @@ def simulator_functions() -> set[str]:
     return {name for name in dynamic_exports(library_path()) if name.startswith("nvml")}
 
 
-def on_branch(facts: NodeFacts, branch: int) -> NodeFacts:
-    """``facts`` as the driver of ``branch`` reports them: what it has no call for is absent."""
+def on_branch(facts: NodeFacts, branch: int, version: str | None = None) -> NodeFacts:
+    """``facts`` as the driver of ``branch`` (release ``version``, by default the branch's
+    own) reports them: what it has no call for is absent."""
     gpus = []
     for gpu in facts.gpus:
         fabric = gpu.fabric
@@ -57,19 +58,25 @@ def on_branch(facts: NodeFacts, branch: int) -> NodeFacts:
             fabric = None
         elif branch < 550 and fabric is not None:
             fabric = dataclasses.replace(fabric, health_mask=None)
+        pcie = gpu.pcie
+        if branch < 525 and pcie is not None:
+            pcie = dataclasses.replace(pcie, gpu_max_generation=None)
         gpus.append(
             dataclasses.replace(
-                gpu, fabric=fabric, gpu_numa_id=gpu.gpu_numa_id if branch >= 550 else None
+                gpu,
+                fabric=fabric,
+                gpu_numa_id=gpu.gpu_numa_id if branch >= 550 else None,
+                pcie=pcie,
             )
         )
-    return dataclasses.replace(facts, driver_version=BRANCH_VERSIONS[branch], gpus=tuple(gpus))
+    return dataclasses.replace(
+        facts, driver_version=version or BRANCH_VERSIONS[branch], gpus=tuple(gpus)
+    )
 
 
 @pytest.mark.parametrize("branch", EMULATED_BRANCHES)
 def test_each_branch_library_exports_what_the_table_says(branch: int, tmp_path: Path) -> None:
-    facts = dataclasses.replace(
-        load_profile("t4-single").facts, driver_version=BRANCH_VERSIONS[branch]
-    )
+    facts = on_branch(load_profile("t4-single").facts, branch)
     machine = prepare_machine(facts, tmp_path)
     library = ctypes.CDLL(str(machine.nvml_dir / "libnvidia-ml.so.1"))
     for name in sorted(simulator_functions()):
@@ -155,7 +162,7 @@ def test_any_driver_is_served_with_the_nearest_emulated_branch_at_or_below(
     version: str, branch: int, tmp_path: Path
 ) -> None:
     assert driver_branch(version) == branch
-    facts = dataclasses.replace(load_profile("t4-single").facts, driver_version=version)
+    facts = on_branch(load_profile("t4-single").facts, branch, version)
     machine = prepare_machine(facts, tmp_path)
     served = {n for n in dynamic_exports(machine.nvml_dir / "libnvidia-ml.so.1") if n[:4] == "nvml"}
     assert served == {n for n in simulator_functions() if exported_in(n, branch)}
@@ -166,7 +173,9 @@ def test_any_driver_is_served_with_the_nearest_emulated_branch_at_or_below(
 def test_a_driver_older_than_470_is_served_as_470_with_one_warning(tmp_path: Path) -> None:
     profile = tmp_path / "node.yaml"
     original = Path(load_profile("t4-single").source).read_text()
-    profile.write_text(original.replace("driver_version: 535.261.03", "driver_version: 450.80.02"))
+    older = original.replace("driver_version: 535.261.03", "driver_version: 450.80.02")
+    # A driver older than 525 has no nvmlDeviceGetGpuMaxPcieLinkGeneration to report it.
+    profile.write_text(older.replace("gpu_max_generation: 3, ", ""))
     done = subprocess.run(
         [sys.executable, "-m", "gfd.sim", str(profile), str(tmp_path / "machine")],
         capture_output=True,
@@ -208,6 +217,7 @@ def test_texts_that_are_no_driver_version_are_refused(text: str) -> None:
         ("gpu_numa_id", 535, "has no nvmlDeviceGetNumaNodeId"),
         ("fabric", 470, "has no nvmlDeviceGetGpuFabricInfo"),
         ("fabric.health_mask", 525, "which has no health mask"),
+        ("pcie.gpu_max_generation", 470, "has no nvmlDeviceGetGpuMaxPcieLinkGeneration"),
     ],
 )
 def test_facts_a_branch_cannot_report_are_refused(field: str, branch: int, problem: str) -> None:
@@ -215,6 +225,9 @@ def test_facts_a_branch_cannot_report_are_refused(field: str, branch: int, probl
     gpus = [dataclasses.replace(g, gpu_numa_id=None) for g in facts.gpus]
     if field == "gpu_numa_id":
         gpus[0] = dataclasses.replace(gpus[0], gpu_numa_id=1)
+    if field.startswith("pcie"):
+        gpus = [dataclasses.replace(g, fabric=None) for g in gpus]
+        gpus[0] = dataclasses.replace(gpus[0], pcie=PcieLink(5, 16, 5, 16, 5, 0))
     facts = dataclasses.replace(facts, driver_version=BRANCH_VERSIONS[branch], gpus=tuple(gpus))
     with pytest.raises(Exception, match=problem) as raised, simulate(facts):
         pass

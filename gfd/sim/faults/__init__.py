@@ -33,6 +33,8 @@ from gfd.sim.faults.gpu_vanished import GPU_VANISHED, GpuVanished
 from gfd.sim.faults.kind import KIND_METADATA, FaultKind, registered
 from gfd.sim.faults.nvlink_down import NVLINK_DOWN, NvLinkDown
 from gfd.sim.faults.parsing import MAX_AFTER_CALLS, FaultMachine, kind_of
+from gfd.sim.faults.pcie_link_down import PCIE_LINK_DOWN, PcieLinkDown
+from gfd.sim.faults.pcie_replays import PCIE_REPLAYS, PcieReplays
 from gfd.sim.faults.primitives import MAX_DELAY_SECONDS, Primitive, check_primitives
 from gfd.sim.faults.remapped_rows import REMAPPED_ROWS, RowRemapping
 from gfd.sim.faults.xid import XID, CriticalXid
@@ -51,6 +53,8 @@ __all__ = [
     "GpuLost",
     "GpuVanished",
     "NvLinkDown",
+    "PcieLinkDown",
+    "PcieReplays",
     "RowRemapping",
     "check_faults",
     "fault_records",
@@ -77,6 +81,8 @@ class Faults:
     xid: tuple[CriticalXid, ...] = registered(XID)
     remapped_rows: tuple[RowRemapping, ...] = registered(REMAPPED_ROWS)
     ecc_rising: tuple[EccRising, ...] = registered(ECC_RISING)
+    pcie_link_down: tuple[PcieLinkDown, ...] = registered(PCIE_LINK_DOWN)
+    pcie_replays: tuple[PcieReplays, ...] = registered(PCIE_REPLAYS)
 
 
 NO_FAULTS = Faults()
