@@ -30,7 +30,6 @@ from gfd.config.file import (
 from gfd.config.options import (
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_OUTPUT_FILE,
-    LOG_LEVELS,
     MIG_STRATEGIES,
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -40,6 +39,7 @@ from gfd.config.options import (
 from gfd.config.values import (
     DEFAULT_IGNORED_XIDS,
     HEALTH_CHECKS,
+    LOG_LEVELS,
     MAX_DURATION_SECONDS,
     format_duration,
     parse_bool,

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.config.values import parse_bool, parse_checks, parse_duration, parse_xids
+from gfd.config.values import (
+    LOG_LEVELS,
+    parse_bool,
+    parse_checks,
+    parse_duration,
+    parse_log_level,
+    parse_xids,
+)
 from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -20,7 +27,6 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 #: The effects gfd's health taint may have: both keep new pods off; NoExecute also
 #: evicts running pods that do not tolerate it.
 HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 #: The largest count option accepted: far past any use, and small enough to stay exact.
 MAX_COUNT = 1_000_000
 
@@ -33,7 +39,7 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice | checks | count | xids
+    kind: str  # bool | str | duration | optional-duration | choice | log-level | checks | count | xids
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -294,9 +300,10 @@ OPTIONS: tuple[Option, ...] = (
         "--log-level",
         ("GFD_LOG_LEVEL",),
         ("flags", "gfd", "logLevel"),
-        "choice",
-        "log level",
+        "log-level",
+        f"log level: {', '.join(LOG_LEVELS)} (any case)",
         LOG_LEVELS,
+        metavar="LEVEL",
     ),
     Option(
         "metrics_address",
@@ -348,6 +355,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         return _count(raw, where, from_text=from_text)
     if option.kind == "xids":
         return parse_xids(raw, where)
+    if option.kind == "log-level":
+        return parse_log_level(raw, where)
     if option.kind == "checks" and isinstance(raw, list):
         if not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")

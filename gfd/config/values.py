@@ -2,7 +2,8 @@
 
 This module owns what a duration is (Go's syntax: ``90s``, ``1h30m``, ``500ms``;
 ``infinite``; integer nanoseconds in the config file, with the mistakes that form
-invites refused), which words are booleans, and the names of the health checks a user
+invites refused), which words are booleans, the log levels (in any case: ``DEBUG`` is
+``debug``), and the names of the health checks a user
 may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
 check by its constant here, and a test holds the two to the same names: configuration
 never imports the checks). Pure functions; errors are
@@ -49,6 +50,22 @@ def parse_bool(text: str, where: str) -> bool:
         return _BOOL_WORDS[text.strip().lower()]
     except KeyError:
         raise ConfigError(f"{where}: {echo(text)} is not a boolean (use true or false)") from None
+
+
+#: The log levels a user may ask for, quietest last.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_log_level(value: Any, where: str) -> str:
+    """A log level in any case (``DEBUG``, ``Info``), as its lower-case name."""
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{where}: expected a log level ({', '.join(LOG_LEVELS)}), got {echo(value)}"
+        )
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{where}: {echo(value)} is not one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def format_duration(seconds: float) -> str:

@@ -97,6 +97,27 @@ def test_environment_variables(env: dict[str, str], attr: str, value: object) ->
     assert getattr(settings_for([], env), attr) == value
 
 
+@pytest.mark.parametrize("spelling", ["DEBUG", "Debug", "debug", " debug "])
+def test_the_log_level_is_read_in_any_case(tmp_path: Path, spelling: str) -> None:
+    assert settings_for(["--log-level", spelling]).log_level == "debug"
+    assert settings_for([], {"GFD_LOG_LEVEL": spelling}).log_level == "debug"
+    config = write(tmp_path, f"version: v1\nflags: {{gfd: {{logLevel: '{spelling}'}}}}\n")
+    assert settings_for(["--config-file", config]).log_level == "debug"
+
+
+def test_a_log_level_that_is_no_level_names_the_levels(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^--log-level: 'TRACE' is not one of debug, info, warning, error$"
+    ):
+        settings_for(["--log-level", "TRACE"])
+    config = write(tmp_path, "version: v1\nflags: {gfd: {logLevel: 10}}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"flags.gfd.logLevel: expected a log level \(debug, info, warning, error\), got 10$",
+    ):
+        settings_for(["--config-file", config])
+
+
 def test_gfd_prefixed_variable_wins_over_the_plain_one() -> None:
     assert (
         settings_for([], {"GFD_MIG_STRATEGY": "mixed", "MIG_STRATEGY": "single"}).mig_strategy
