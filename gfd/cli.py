@@ -20,8 +20,9 @@ from typing import Any, TextIO
 from gfd import __version__
 from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line
 from gfd.app.node_reader import check_machine_type_file, read_node_once
-from gfd.config import OPTIONS, Settings, convert, resolve_settings
-from gfd.errors import ConfigError, GfdError
+from gfd.config import OPTIONS, Option, Settings, convert, resolve_settings
+from gfd.config.values import BOOL_WORDS
+from gfd.errors import ConfigError, GfdError, echo
 from gfd.process_title import name_process
 
 # What a command needs beyond parsing is imported where it runs, so that ``gfd --version``
@@ -37,12 +38,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: The subcommands, ``run`` first: it is the default.
+COMMANDS = ("run", "labels", "facts", "topo")
+#: Subcommands that print what they read and take ``--format``.
+FORMATTED_COMMANDS = ("facts", "topo")
+#: The flags that are no setting: help, version, and the printing subcommands' format.
+_OTHER_FLAGS = ("-h", "--help", "--version")
+
+
+def _setting_flags(option: Option) -> tuple[str, ...]:
+    return (option.flag, "-o") if option.name == "output_file" else (option.flag,)
+
+
 def _add_options(parser: argparse.ArgumentParser) -> None:
     """Every setting as a flag whose default is 'not given', so precedence can tell."""
     for option in OPTIONS:
-        flags = [option.flag]
-        if option.name == "output_file":
-            flags.append("-o")
+        flags = _setting_flags(option)
         if option.kind == "bool":
             parser.add_argument(
                 *flags,
@@ -64,26 +75,111 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
+    # No abbreviations anywhere (allow_abbrev=False on every parser, subcommands'
+    # included): Go's flag package, which the reference parses with, takes none, and a
+    # prefix that happens to match one flag today would silently pick another tomorrow.
+    common = _Parser(add_help=False, allow_abbrev=False)
     _add_options(common)
     parser = _Parser(
         prog="gfd",
         description="GPU feature discovery for Kubernetes: label nodes with their NVIDIA GPUs.",
         parents=[common],
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"gfd {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("run", parents=[common], help="label this node (default)")
-    commands.add_parser("labels", parents=[common], help="print the labels; publish nothing")
-    facts = commands.add_parser("facts", parents=[common], help="print the facts read from NVML")
+    commands.add_parser(
+        "run", parents=[common], allow_abbrev=False, help="label this node (default)"
+    )
+    commands.add_parser(
+        "labels", parents=[common], allow_abbrev=False, help="print the labels; publish nothing"
+    )
+    facts = commands.add_parser(
+        "facts",
+        parents=[common],
+        allow_abbrev=False,
+        help="print the facts read from NVML (-o FILE: write them to FILE, whole or not at all)",
+    )
     facts.add_argument("--format", choices=("yaml", "json"), default="yaml")
-    topo = commands.add_parser("topo", parents=[common], help="print the GPU topology matrix")
+    topo = commands.add_parser(
+        "topo", parents=[common], allow_abbrev=False, help="print the GPU topology matrix"
+    )
     topo.add_argument("--format", choices=("table", "json"), default="table")
     return parser
 
 
+def check_words(argv: Sequence[str]) -> None:
+    """Refuse, in one line that says what was meant, a command line whose words argparse
+    would misread or explain poorly.
+
+    - A flag gfd does not have, abbreviations included: named, with the flag it most
+      looks like.
+    - A boolean flag followed by a separate word (``--oneshot yes``): as in the
+      reference (urfave/cli on Go's flag package), a boolean flag's value can only follow
+      ``=``; a separate word would be read as a subcommand. The reference stops reading
+      flags at that word and ignores it and everything after it; gfd says so instead.
+    - A word that is no subcommand, or a second subcommand.
+    - ``--format`` with a subcommand that has none.
+    """
+    value_flags = {
+        flag for option in OPTIONS if option.kind != "bool" for flag in _setting_flags(option)
+    } | {"--format"}
+    bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"}
+    command: str | None = None
+    format_given = False
+    bare_bool: str | None = None
+    words = iter(argv)
+    for word in words:
+        after, bare_bool = bare_bool, None
+        if word.startswith("-") and word not in ("-", "--"):
+            name = word.split("=", 1)[0]
+            if name in value_flags:
+                format_given = format_given or name == "--format"
+                if "=" not in word:
+                    next(words, None)
+            elif name in bool_flags:
+                bare_bool = None if "=" in word else word
+            elif name not in _OTHER_FLAGS:
+                raise UsageError(_unknown_flag(name, value_flags | bool_flags))
+            continue
+        if command is None and word in COMMANDS:
+            command = word
+            continue
+        if after is not None and word.strip().lower() in BOOL_WORDS:
+            raise UsageError(
+                f"{after} {word}: a boolean flag takes its value after '=' (write "
+                f"{after}={word}, or {after} alone for true), as in NVIDIA's GFD; "
+                "a separate word is read as a subcommand"
+            )
+        raise UsageError(
+            f"unexpected word {echo(word)}: gfd takes flags and at most one subcommand "
+            f"({', '.join(COMMANDS)})"
+        )
+    if format_given and command not in FORMATTED_COMMANDS:
+        raise UsageError(
+            f"--format applies to {' and '.join(FORMATTED_COMMANDS)} only "
+            f"(gfd facts --format json), not to {command or 'run'}"
+        )
+
+
+def _unknown_flag(name: str, known: set[str]) -> str:
+    """The error line for a flag gfd does not have, naming the one it most looks like."""
+    import difflib
+
+    prefixed = sorted(flag for flag in known if flag.startswith(name) and name.startswith("--"))
+    close = prefixed or difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    if prefixed:
+        hint = f" (flags are never abbreviated: did you mean {' or '.join(prefixed[:3])}?)"
+    elif close:
+        hint = f" (did you mean {close[0]}?)"
+    else:
+        hint = " (gfd --help lists them)"
+    return f"unknown flag {echo(name)}{hint}"
+
+
 def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     """Parse ``argv``; return the namespace and the explicitly given settings, converted."""
+    check_words(argv)
     # A bare boolean flag means true; spelling it --flag=true keeps argparse from
     # taking the next word (a subcommand, say) as the flag's value.
     bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"}

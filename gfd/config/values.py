@@ -18,7 +18,8 @@ from typing import Any
 
 from gfd.errors import ConfigError, echo
 
-_BOOL_WORDS = {
+#: Go's strconv.ParseBool words, lower-cased, and yes/no/on/off.
+BOOL_WORDS = {
     "1": True,
     "t": True,
     "true": True,
@@ -47,7 +48,7 @@ MIN_PLAUSIBLE_NANOSECONDS = 1_000_000_000
 def parse_bool(text: str, where: str) -> bool:
     """Go's strconv.ParseBool words, plus yes/no/on/off."""
     try:
-        return _BOOL_WORDS[text.strip().lower()]
+        return BOOL_WORDS[text.strip().lower()]
     except KeyError:
         raise ConfigError(f"{where}: {echo(text)} is not a boolean (use true or false)") from None
 

@@ -109,7 +109,7 @@ def test_simulate_a_facts_file(tmp_path: Path) -> None:
         (["--simulate", "no-such-machine", "labels"], "no-such-machine"),
         (["--mig-strategy", "all"], "--mig-strategy: 'all' is not one of"),
         (["--sleep-interval", "soon"], "is not a duration"),
-        (["--frobnicate"], "unrecognized arguments"),
+        (["--frobnicate"], "unknown flag '--frobnicate'"),
         (["--health-checks", "gpu-lost,xids"], "--health-checks: 'xids' is not a health check"),
         (["--health-grace-period", "300"], "has no unit"),
     ],
