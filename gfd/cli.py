@@ -5,8 +5,9 @@ failure in one error line and an exit status. What a command needs is assembled 
 Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot``),
 ``labels`` (print the labels, publish nothing), ``facts`` (print what was read) and
 ``topo`` (print the GPU topology matrix). Options may stand before or after the
-subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run,
-2 a usage or configuration error.
+subcommand. Exit codes (:mod:`gfd.app.exit_status` has the table): 0 success (also
+after SIGTERM/SIGINT), 1 the node or the cluster failed, 2 a usage or configuration
+error; every subcommand follows them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from gfd import __version__
-from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line
+from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, exit_status_of
 from gfd.app.node_reader import check_machine_type_file, read_node_once
 from gfd.config import OPTIONS, Option, Settings, convert, resolve_settings
 from gfd.config.values import BOOL_WORDS
@@ -29,7 +30,7 @@ from gfd.process_title import name_process
 # and ``--help`` import almost nothing (tests/test_startup_imports.py).
 
 
-class UsageError(GfdError):
+class UsageError(ConfigError):
     """The command line itself is wrong."""
 
 
@@ -213,13 +214,22 @@ def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
     return EXIT_OK
 
 
-def command_facts(settings: Settings, fmt: str, stdout: TextIO) -> int:
-    from gfd.facts import dump_facts
+def command_facts(settings: Settings, fmt: str, stdout: TextIO, capture: str | None) -> int:
+    """Print the facts, or write them to ``capture`` (``-o FILE``) whole or not at all.
+
+    Nothing is written before the read succeeded: a failed read leaves stdout empty and
+    ``capture`` as it was.
+    """
+    from gfd.facts import dump_facts, save_facts_text
     from gfd.topology import build_topology, topology_to_json
 
     facts = read_node_once(settings)
     derived = {"topology": topology_to_json(build_topology(facts))} if facts.gpus else {}
-    stdout.write(dump_facts(facts, fmt, derived=derived))  # type: ignore[arg-type]
+    text = dump_facts(facts, fmt, derived=derived)  # type: ignore[arg-type]
+    if capture:
+        save_facts_text(text, capture)
+    else:
+        stdout.write(text)
     return EXIT_OK
 
 
@@ -285,7 +295,12 @@ def main(
         if command == "labels":
             code = command_labels(settings, out, log)
         elif command == "facts":
-            code = command_facts(settings, namespace.format, out)
+            # Only -o on this command line names a capture file: a GFD_OUTPUT_FILE or
+            # outputFile of the deployment is the feature file, never to be overwritten
+            # by facts ('-' or empty: stdout, as for the feature file).
+            capture = explicit.get("output_file")
+            to_file = capture if capture not in (None, "-", "") else None
+            code = command_facts(settings, namespace.format, out, to_file)
         elif command == "topo":
             code = command_topo(settings, namespace.format, out)
         else:
@@ -297,12 +312,9 @@ def main(
     except BrokenPipeError:
         _quiet_broken_stdout(out)
         return EXIT_FAILED
-    except ConfigError as exc:
-        print(error_line(exc), file=sys.stderr)
-        return EXIT_USAGE
     except GfdError as exc:
         print(error_line(exc), file=sys.stderr)
-        return EXIT_FAILED
+        return exit_status_of(exc)
     except KeyboardInterrupt:
         return EXIT_OK
     except (RecursionError, MemoryError) as exc:

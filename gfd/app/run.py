@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from gfd.agent import Agent, LoopControl, Pacer, StopRequested
-from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, error_line
+from gfd.agent import Agent, CycleOutcome, LoopControl, Pacer, StopRequested
+from gfd.app.exit_status import EXIT_OK, error_line, exit_status_of_kind
 from gfd.app.health_setup import HealthSetup
 from gfd.app.metrics_endpoint import MetricsEndpoint
 from gfd.app.node_reader import NodeReader, check_machine_type_file, facts_source, host_reader
@@ -52,6 +52,16 @@ class AgentAssembly:
     reader_for: Callable[[Settings], NodeReader]
     stdout: TextIO
     log: Any
+    #: Whether a cycle of this run has ever succeeded (across reloads).
+    succeeded: bool = False
+
+    def ends_run(self, settings: Settings, outcome: CycleOutcome) -> bool:
+        """Whether the failed cycle ``outcome`` ends the run (its last line says why)."""
+        if settings.oneshot:
+            # A one-shot that labelled a node whose NVML is down as one without GPUs
+            # (--fail-on-init-error=false) did its job; the failure stays a log line.
+            return not outcome.published_without_nvml
+        return outcome.init_failure and settings.fail_on_init_error and not self.succeeded
 
     def agent_for(self, settings: Settings, built: SinkSet) -> Agent:
         read = self.reader_for(settings)
@@ -66,6 +76,7 @@ class AgentAssembly:
             log=self.log,
             telemetry=self.endpoint.telemetry,
             health=self.health.reporter(settings, built, read, self.log, self.endpoint.telemetry),
+            ends_run=lambda outcome: self.ends_run(settings, outcome),
         )
 
     def reload(
@@ -188,7 +199,7 @@ def _run_once(agent: Agent, log: Any) -> int:
     if outcome.ok or outcome.published_without_nvml:
         return EXIT_OK
     print(error_line(outcome.reason), file=sys.stderr)
-    return EXIT_FAILED
+    return exit_status_of_kind(outcome.kind)
 
 
 def _run_periodically(
@@ -202,7 +213,6 @@ def _run_periodically(
     from gfd.config_watch import ConfigFileWatch
 
     control, log = assembly.control, assembly.log
-    ever_succeeded = False
     pacer = Pacer(settings.sleep_interval)
     config_watch = ConfigFileWatch(settings.config_file)
     while not control.stop.is_set():
@@ -211,13 +221,13 @@ def _run_periodically(
         except StopRequested:
             # A stop signal ended the cycle while it read or computed.
             break
-        ever_succeeded = ever_succeeded or outcome.ok
-        if outcome.init_failure and settings.fail_on_init_error and not ever_succeeded:
+        if not outcome.ok and assembly.ends_run(settings, outcome):
             print(
                 error_line(f"{outcome.reason} (pass --fail-on-init-error=false to keep retrying)"),
                 file=sys.stderr,
             )
-            return EXIT_FAILED
+            return exit_status_of_kind(outcome.kind)
+        assembly.succeeded = assembly.succeeded or outcome.ok
         # Without a config file there is nothing to watch, and no wake-up a second.
         watching = config_watch.changed if settings.config_file else None
         control.sleep(pacer.next_delay(outcome.ok), changed=watching)

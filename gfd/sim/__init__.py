@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from gfd.errors import GfdError
+from gfd.errors import ConfigError, GfdError
 from gfd.facts import (
     DERIVED_KEY,
     NodeFacts,
@@ -133,7 +133,8 @@ def profile_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
-    raise GfdError(
+    # A flag's value that names nothing: a usage error (exit 2), as a missing --config-file.
+    raise ConfigError(
         f"simulation profile {name_or_path!r} is neither a bundled profile "
         f"({', '.join(BUNDLED_PROFILES)}) nor an existing file"
     )

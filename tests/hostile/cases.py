@@ -120,7 +120,7 @@ def config(id: str, content: bytes | FileSpec, *, line: str, code: int = 2, **kw
     return Case(id, "config", args, code, line, files={"c.yaml": content}, **kw)
 
 
-def facts(id: str, content: bytes | FileSpec, *, line: str, code: int = 1, **kw: Any) -> Case:
+def facts(id: str, content: bytes | FileSpec, *, line: str, code: int = 2, **kw: Any) -> Case:
     return Case(
         id, "facts", ("--simulate", "{tmp}/f.yaml"), code, line, files={"f.yaml": content}, **kw
     )
@@ -247,7 +247,7 @@ FLAGS = [
          line="gfd: error: unknown flag '--mig' (flags are never abbreviated: did you mean --mig-strategy?)"),
     flag("bool-separate-word", "--print-labels", "yes",
          line="gfd: error: --print-labels yes: a boolean flag takes its value after '='", process=True),
-    flag("simulate-unknown-profile", "--simulate", "no-such-machine", code=1,
+    flag("simulate-unknown-profile", "--simulate", "no-such-machine",
          line="gfd: error: simulation profile 'no-such-machine' is neither a bundled profile"),
     flag("config-missing", "--config-file", "{tmp}/absent.yaml",
          line="gfd: error: config file {tmp}/absent.yaml: cannot read: No such file or directory"),
@@ -420,7 +420,7 @@ CONFIG = [
 _T4 = b"driver_version: 550.54.15\ncuda_driver_version: 12040\n"
 
 FACTS = [
-    Case("dev-zero", "facts", ("--simulate", "/dev/zero"), 1,
+    Case("dev-zero", "facts", ("--simulate", "/dev/zero"), 2,
          "gfd: error: /dev/zero: is a character device, not a regular file", process=True),
     facts("fifo", Fifo(), line="gfd: error: {tmp}/f.yaml: is a FIFO, not a regular file"),
     facts("directory", Directory(), line="gfd: error: {tmp}/f.yaml: is a directory, not a regular file"),
@@ -447,7 +447,8 @@ FACTS = [
           line="gfd: error: {tmp}/f.yaml: gpus[0].bus_id: "),
     facts("faults-unknown-call", b"gpus: []\nfaults:\n  errors:\n  - {call: nvmlDeviceGetNmae, error: UNKNOWN}\n",
           line="gfd: error: {tmp}/f.yaml: "),
-    facts("empty", b"", line="gfd: error: {tmp}/f.yaml: "),
+    facts("empty", b"", line="gfd: error: {tmp}/f.yaml: empty file: not a facts capture; capture one with 'gfd facts -o FILE'"),
+    facts("only-comments", b"# captured by hand\n\n", line="gfd: error: {tmp}/f.yaml: empty file: not a facts capture"),
 ]  # fmt: skip
 
 _KC_OK = (
