@@ -22,6 +22,7 @@ from gfd import __version__
 from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, exit_status_of
 from gfd.app.node_reader import check_machine_type_file, read_node_once
 from gfd.config import OPTIONS, Option, Settings, convert, resolve_settings
+from gfd.config.effect import idle_flags
 from gfd.config.values import BOOL_WORDS
 from gfd.errors import ConfigError, GfdError, echo
 from gfd.process_title import name_process
@@ -280,8 +281,13 @@ def main(
     out = stdout if stdout is not None else sys.stdout
     try:
         namespace, explicit = parse_command_line(arguments)
+        command = namespace.command or "run"
         settings = resolve_settings(explicit, environment)
         check_machine_type_file(settings)
+        idle = idle_flags(command, explicit, settings)
+        if idle.errors:
+            more = len(idle.errors) - 1
+            raise UsageError(idle.errors[0] + (f" (and {more} more such flag(s))" if more else ""))
     except (UsageError, ConfigError) as exc:
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
@@ -290,7 +296,8 @@ def main(
 
     configure_logging(settings.log_level)
     log = get_logger()
-    command = namespace.command or "run"
+    for warning in idle.warnings:
+        log.warning("flag ignored", problem=warning)
     try:
         if command == "labels":
             code = command_labels(settings, out, log)
