@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gfd.agent import Agent, CycleOutcome, LoopControl, Pacer, StopRequested
+from gfd.app.deadline import OneshotDeadline
 from gfd.app.exit_status import EXIT_OK, error_line, exit_status_of_kind
 from gfd.app.health_setup import HealthSetup
 from gfd.app.metrics_endpoint import MetricsEndpoint
@@ -145,7 +146,8 @@ def run_agent(
     stdout: TextIO,
     log: Any,
 ) -> int:
-    """Label once (``--oneshot``) or forever; SIGTERM/SIGINT stop, SIGHUP reloads the config.
+    """Label once (``--oneshot``, within ``--oneshot-timeout``: :mod:`gfd.app.deadline`) or
+    forever; SIGTERM/SIGINT stop, SIGHUP reloads the config.
 
     ``explicit`` (the settings given on the command line) and ``env`` are read again at
     each reload, with the config file. A stop ends the run within a second, whatever it is
@@ -154,8 +156,11 @@ def run_agent(
     more), and a main thread held in a call that cannot be interrupted is overtaken by
     :class:`~gfd.app.signals.StopWatchdog`.
     """
+    deadline = OneshotDeadline(settings.oneshot_timeout if settings.oneshot else None)
     control = LoopControl()
-    factory = SinkFactory(control.stop)
+    factory = SinkFactory(
+        control.stop, give_up_by=None if deadline.at is None else (deadline.at, deadline.why)
+    )
     health = HealthSetup(control.stop)
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
@@ -188,6 +193,7 @@ def run_agent(
         factory.close()
         endpoint.close()
         watchdog.close()
+        deadline.close()
 
 
 def _run_once(agent: Agent, log: Any) -> int:

@@ -29,6 +29,7 @@ from gfd.config.file import (
 )
 from gfd.config.options import (
     DEFAULT_MACHINE_TYPE_FILE,
+    DEFAULT_ONESHOT_TIMEOUT,
     DEFAULT_OUTPUT_FILE,
     MIG_STRATEGIES,
     OPTIONS,
@@ -53,6 +54,7 @@ SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/
 __all__ = [
     "CONFIG_VERSION",
     "DEFAULT_MACHINE_TYPE_FILE",
+    "DEFAULT_ONESHOT_TIMEOUT",
     "DEFAULT_OUTPUT_FILE",
     "LOG_LEVELS",
     "MAX_DURATION_SECONDS",
@@ -85,6 +87,8 @@ class Settings:
     mig_strategy: str = "none"
     fail_on_init_error: bool = True
     oneshot: bool = False
+    #: Seconds a one-shot run may take in all (gfd.app.deadline); None: no bound.
+    oneshot_timeout: float | None = DEFAULT_ONESHOT_TIMEOUT
     no_timestamp: bool = False
     #: Seconds between cycles; None means ``infinite`` (label once, then idle).
     sleep_interval: float | None = 60.0

@@ -98,6 +98,11 @@ IDLE_RULES: tuple[IdleRule, ...] = (
 )
 RUN_IDLE_RULES: tuple[IdleRule, ...] = (
     IdleRule(
+        "oneshot_timeout",
+        lambda s: not s.oneshot,
+        "without --oneshot (a periodic agent keeps retrying, and is never bounded)",
+    ),
+    IdleRule(
         "sleep_interval",
         lambda s: s.oneshot,
         "with --oneshot (a one-shot run labels once and exits)",

@@ -48,6 +48,7 @@ _CONFIG_TREE: dict[str, Any] = {
         "useNodeFeatureAPI": None,
         "gfd": {
             "oneshot": None,
+            "oneshotTimeout": None,
             "noTimestamp": None,
             "sleepInterval": None,
             "outputFile": None,

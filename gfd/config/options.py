@@ -23,6 +23,9 @@ from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+#: How long a one-shot run may take in all before it gives up (a Job's pod that cannot
+#: reach the API server says so in half a minute, not after two).
+DEFAULT_ONESHOT_TIMEOUT = 30.0
 MIG_STRATEGIES = ("none", "single", "mixed")
 #: The effects gfd's health taint may have: both keep new pods off; NoExecute also
 #: evicts running pods that do not tolerate it.
@@ -70,6 +73,16 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "gfd", "oneshot"),
         "bool",
         "label once and exit",
+    ),
+    Option(
+        "oneshot_timeout",
+        "--oneshot-timeout",
+        ("GFD_ONESHOT_TIMEOUT",),
+        ("flags", "gfd", "oneshotTimeout"),
+        "duration",
+        "with --oneshot: give up this long after the start, whatever the run is doing "
+        "(retries of the API server included), with one line (infinite: no bound)",
+        metavar="DURATION",
     ),
     Option(
         "no_timestamp",
