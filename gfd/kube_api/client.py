@@ -9,9 +9,16 @@ as :mod:`gfd.kube_api.retry` says: on 5xx, on 408 and 429 (waiting at least the 
 exponentially with jitter up to a cap, and the whole operation has a deadline. Every
 backoff sleep waits on the agent's stop event, so SIGTERM ends a retry storm at once.
 
+Each retry is told (:class:`gfd.kube_api.retry.RetryReporter`: a warning naming the server,
+the request and what failed, at most one every few seconds), and a one-shot run bounds
+every operation (:meth:`KubeClient.give_up_by`).
+
 A 401 re-reads the credentials (:mod:`gfd.kube_api.credentials`: the projected
 service-account token rotates under a running pod; a kubeconfig may be rewritten) and
-tries once more before it is reported. Failures leave as :mod:`gfd.kube_api.errors` says.
+tries once more before it is reported. In a pod, the service account's CA file is looked
+at again every few seconds and after a TLS failure: a CA the kubelet filled late or
+rotated is used from the next request on, and one that is still empty makes requests
+retryable failures, not permanent ones. Failures leave as :mod:`gfd.kube_api.errors` says.
 """
 
 from __future__ import annotations
@@ -84,6 +91,18 @@ def connection_problem(exc: BaseException, server: str, timeout: float) -> str:
     return f"{server}: {type(exc).__name__}: {exc}"
 
 
+#: How often the service account's CA file is looked at while it is fine (one ``stat``).
+TRUST_CHECK_SECONDS = 5.0
+
+
+class _TlsFailure(Exception):
+    """Internal: the TLS handshake failed (the client's status-0 ApiException)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _Transient(Exception):
     """Internal: one attempt failed in a retryable way."""
 
@@ -118,11 +137,13 @@ class KubeClient:
         self.clock = clock
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
-        self._retries = RetryReporter(log, server=self.server, clock=clock)
+        self._retries = RetryReporter(log, clock=clock)
         #: The clock value by which every operation gives up, whatever its own deadline
         #: (a one-shot run's bound), and why, for the line that says it gave up.
         self._give_up_at: float | None = None
         self._give_up_why = ""
+        #: When the service account's CA file is looked at next (:meth:`_check_trust`).
+        self._next_trust_check = clock() + TRUST_CHECK_SECONDS
 
     @property
     def server(self) -> str:
@@ -205,13 +226,45 @@ class KubeClient:
         ceiling = min(policy.max_delay, policy.initial_delay * 2 ** (state.attempt_number - 1))
         return self._rng.uniform(ceiling / 2, ceiling)
 
+    def _check_trust(self, *, after_tls_failure: bool) -> None:
+        """Look at the service account's CA file again, when due: every
+        :data:`TRUST_CHECK_SECONDS`, at every attempt while it cannot be trusted, and after
+        a TLS failure. A changed file drops the pooled connections (verified by the old
+        CA: the next ones verify with the new); a CA not fit to trust, or one that changed
+        under a TLS failure, makes the attempt a retryable failure."""
+        ca = self._credentials.ca
+        if ca is None:
+            return
+        with self._lock:
+            now = self.clock()
+            if not after_tls_failure and ca.problem is None and now < self._next_trust_check:
+                return
+            self._next_trust_check = now + TRUST_CHECK_SECONDS
+            changed = ca.check()
+            if changed:
+                self._api.rest_client.pool_manager.clear()
+            problem = ca.problem
+        if changed and problem is None:
+            log.info("kube_ca_reloaded", path=str(ca.path))
+        if problem is not None:
+            raise _Transient(None, problem)
+        if changed and after_tls_failure:
+            raise _Transient(
+                None, f"service account CA certificate {ca.path} changed; trying again"
+            )
+
     def _report_retry(self, state: tenacity.RetryCallState, method: str, path: str) -> None:
         failure = state.outcome.exception() if state.outcome else None
         problem = failure.detail if isinstance(failure, _Transient) else str(failure)
         status = failure.status if isinstance(failure, _Transient) else None
         wait = state.next_action.sleep if state.next_action else 0.0
         self._retries.retrying(
-            f"{method} {path}", problem, attempt=state.attempt_number, wait=wait, status=status
+            self.server,
+            f"{method} {path}",
+            problem,
+            attempt=state.attempt_number,
+            wait=wait,
+            status=status,
         )
 
     @staticmethod
@@ -229,7 +282,14 @@ class KubeClient:
         accept_statuses: Collection[int],
         deadline: float,
     ) -> KubeResponse:
-        response = self._send_once(method, path, query, body, content_type, deadline)
+        self._check_trust(after_tls_failure=False)
+        try:
+            response = self._send_once(method, path, query, body, content_type, deadline)
+        except _TlsFailure as exc:
+            # A CA the kubelet filled or rotated since is retried at once; a CA that
+            # cannot be trusted yet (empty, unreadable) is retried until it can.
+            self._check_trust(after_tls_failure=True)
+            raise KubeApiPermanentError(method, path, None, exc.reason) from exc
         if response.status == 401:
             # A rotated token is the usual cause: read the credentials again, once.
             with self._lock:
@@ -298,7 +358,7 @@ class KubeClient:
             return read_response(raw, method, path)
         except ApiException as exc:
             # The client turns TLS failures into status-0 ApiExceptions.
-            raise KubeApiPermanentError(method, path, None, str(exc.reason)) from exc
+            raise _TlsFailure(str(exc.reason)) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise _Transient(None, connection_problem(exc, self.server, timeout)) from exc
 
@@ -312,6 +372,7 @@ def connect_kubernetes(
     in_cluster_ca_path: str = IN_CLUSTER_CA_PATH,
     in_cluster_host_env: Mapping[str, str] | None = None,
     context: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> KubeClient:
     """Build the process's :class:`KubeClient`.
 
@@ -346,4 +407,5 @@ def connect_kubernetes(
         credentials=credentials,
         request_timeout=request_timeout,
         retry_policy=retry_policy or RetryPolicy(),
+        clock=clock,
     )

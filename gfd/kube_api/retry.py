@@ -92,12 +92,10 @@ class RetryReporter:
         self,
         log: Any,
         *,
-        server: str,
         interval: float = RETRY_WARNING_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._log = log
-        self.server = server
         self._interval = interval
         self._clock = clock
         self._lock = threading.Lock()
@@ -105,9 +103,17 @@ class RetryReporter:
         self._quiet = 0
 
     def retrying(
-        self, request: str, problem: str, *, attempt: int, wait: float, status: int | None
+        self,
+        server: str,
+        request: str,
+        problem: str,
+        *,
+        attempt: int,
+        wait: float,
+        status: int | None,
     ) -> None:
-        """Attempt ``attempt`` of ``request`` failed with ``problem``; the next in ``wait`` s."""
+        """Attempt ``attempt`` of ``request`` to ``server`` failed with ``problem``; the
+        next is in ``wait`` seconds."""
         now = self._clock()
         with self._lock:
             loud = self._last_warning is None or now - self._last_warning >= self._interval
@@ -117,7 +123,7 @@ class RetryReporter:
             else:
                 self._quiet += 1
         fields: dict[str, Any] = {
-            "server": self.server,
+            "server": server,
             "request": request,
             "problem": problem,
             "attempt": attempt,

@@ -234,10 +234,11 @@ class RecordingLog:
 def test_retries_are_warnings_at_most_every_few_seconds_each_saying_what_and_when() -> None:
     now = [100.0]
     log = RecordingLog()
-    reporter = RetryReporter(log, server="https://10.0.0.1:6443", clock=lambda: now[0])
+    reporter = RetryReporter(log, clock=lambda: now[0])
+    server = "https://10.0.0.1:6443"
     for step, wait in enumerate([0.4, 0.9, 1.8, 3.7, 7.1]):
         reporter.retrying(
-            "GET /api/v1/nodes/n1", "cannot connect: Connection refused",
+            server, "GET /api/v1/nodes/n1", "cannot connect: Connection refused",
             attempt=step + 1, wait=wait, status=None,
         )  # fmt: skip
         now[0] += wait
@@ -264,7 +265,7 @@ def test_retries_are_warnings_at_most_every_few_seconds_each_saying_what_and_whe
     )
     assert RETRY_WARNING_INTERVAL <= 6.8
     now[0] = 100.0 + 6.8 + 1.0  # one second after that warning: quiet again
-    reporter.retrying("PATCH /api/v1/nodes/n1", "HTTP 503", attempt=1, wait=1.0, status=503)
+    reporter.retrying(server, "PATCH /api/v1/nodes/n1", "HTTP 503", attempt=1, wait=1.0, status=503)
     assert log.events[-1][0] == "debug" and log.events[-1][2]["status"] == 503
 
 
