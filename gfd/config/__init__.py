@@ -2,8 +2,9 @@
 
 The package is split by what changes together: :mod:`gfd.config.options` (each
 setting's flag, environment variables and config key), :mod:`gfd.config.file` (the
-config file's schema and loader), :mod:`gfd.config.values` (duration and boolean
-parsers). This module owns :class:`Settings` and the precedence, as the reference
+config file's schema and loader), :mod:`gfd.config.values` (duration, boolean and
+log-level parsers), :mod:`gfd.config.effect` (which flags do nothing in which mode, and
+what is said about them). This module owns :class:`Settings` and the precedence, as the reference
 has it (``reference/GFD-COMPAT.md``): an explicitly set flag or environment variable
 beats the config file, which beats the defaults; and the checks of how settings
 combine. Everything callers need is re-exported here.
