@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 COMMANDS = ("run", "labels", "facts", "topo")
 #: Subcommands that print what they read and take ``--format``.
 FORMATTED_COMMANDS = ("facts", "topo")
-#: The flags that are no setting: help, version, and the printing subcommands' format.
+#: The flags that are no setting and take no value: help and version.
 _OTHER_FLAGS = ("-h", "--help", "--version")
 
 
@@ -63,7 +63,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                 nargs="?",
                 const="true",
                 default=argparse.SUPPRESS,
-                metavar="BOOL",
+                # The value can only follow "=": --oneshot, --oneshot=false (check_words).
+                metavar="=BOOL",
                 help=option.help,
             )
         else:
@@ -288,7 +289,7 @@ def main(
         if idle.errors:
             more = len(idle.errors) - 1
             raise UsageError(idle.errors[0] + (f" (and {more} more such flag(s))" if more else ""))
-    except (UsageError, ConfigError) as exc:
+    except ConfigError as exc:  # a UsageError too
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     # After parsing: --version and --help end above without loading the logging stack.
