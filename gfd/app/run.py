@@ -157,6 +157,22 @@ def run_agent(
     :class:`~gfd.app.signals.StopWatchdog`.
     """
     deadline = OneshotDeadline(settings.oneshot_timeout if settings.oneshot else None)
+    try:
+        return _assemble_and_run(explicit, env, settings, stdout, log, deadline)
+    finally:
+        # On every way out, those that fail before the run starts included: a watchdog
+        # left behind would end the process (or the test runner holding it) later.
+        deadline.close()
+
+
+def _assemble_and_run(
+    explicit: Mapping[str, Any],
+    env: Mapping[str, str],
+    settings: Settings,
+    stdout: TextIO,
+    log: Any,
+    deadline: OneshotDeadline,
+) -> int:
     control = LoopControl()
     factory = SinkFactory(
         control.stop, give_up_by=None if deadline.at is None else (deadline.at, deadline.why)
@@ -193,7 +209,6 @@ def run_agent(
         factory.close()
         endpoint.close()
         watchdog.close()
-        deadline.close()
 
 
 def _run_once(agent: Agent, log: Any) -> int:

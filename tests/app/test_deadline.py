@@ -103,3 +103,22 @@ def test_a_one_shot_held_by_a_hung_nvml_call_ends_at_its_bound(tmp_path: Path) -
     # The bound, the grace, and a process's start: far from the call's ten minutes.
     assert took < 1 + ONESHOT_GRACE_SECONDS + 10
     assert not (tmp_path / "gfd").exists()
+
+
+def test_a_one_shot_that_fails_before_it_runs_leaves_no_watchdog_behind(tmp_path: Path) -> None:
+    """A metrics address refused as the run is assembled: the bound's watchdog stands down
+    with the run, or it would end the process that called gfd half a minute later."""
+    import contextlib
+    import io
+
+    from gfd.cli import main
+
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main(
+            ["--simulate", "t4-single", "--oneshot", "-o", str(tmp_path / "gfd")],
+            env={"GFD_METRICS_ADDRESS": "nonsense"},
+            stdout=io.StringIO(),
+        )
+    assert code == 2, err.getvalue()
+    assert "--metrics-address 'nonsense'" in err.getvalue()
+    assert "gfd-oneshot-deadline" not in {thread.name for thread in threading.enumerate()}
