@@ -50,7 +50,16 @@ def test_absent_facts_are_logged_once_per_cause() -> None:
     assert all(e["log_level"] == "debug" for e in logs if e["event"] == "NVML fact absent")
 
 
-@pytest.mark.parametrize("command", [[], ["--oneshot", "-o", "-"], ["labels"], ["facts"], ["topo"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--health-checks", "none"],
+        ["--oneshot", "-o", "-", "--health-checks", "none"],
+        ["labels"],
+        ["facts"],
+        ["topo"],
+    ],
+)
 def test_no_nvml_library_says_how_to_run_gfd_anyway(command: list[str], tmp_path: Path) -> None:
     """A machine without the driver's library (here: a driver root holding none): one line
     that names what to do on a GPU node and without one, from every subcommand."""
@@ -59,7 +68,7 @@ def test_no_nvml_library_says_how_to_run_gfd_anyway(command: list[str], tmp_path
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         code = main(
-            ["--driver-root-ctr-path", str(empty_root), "--health-checks", "none", *command],
+            ["--driver-root-ctr-path", str(empty_root), *command],
             env={},
             stdout=io.StringIO(),
         )
