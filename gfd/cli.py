@@ -7,8 +7,9 @@ Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot`
 ``topo`` (print the GPU topology matrix), ``cleanup`` (take gfd's labels, annotations,
 taint and condition off the Nodes, :mod:`gfd.cleanup`) and ``doctor`` (check each link
 from the GPU to the labels on the Node, :mod:`gfd.doctor`). Options may stand before or
-after the subcommand. Exit codes: 0 success (also after SIGTERM/SIGINT), 1 a failed run
-(for ``doctor``: a problem found), 2 a usage or configuration error.
+after the subcommand. Exit codes (:mod:`gfd.app.exit_status` has the table): 0 success
+(also after SIGTERM/SIGINT), 1 the node or the cluster failed (for ``doctor``: a problem
+found), 2 a usage or configuration error; every subcommand follows them.
 """
 
 from __future__ import annotations
@@ -23,17 +24,19 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gfd import __version__
-from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line
+from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, exit_status_of
 from gfd.app.node_reader import check_machine_type_file, read_node_once
-from gfd.config import OPTIONS, Settings, convert, resolve_settings
-from gfd.errors import ConfigError, GfdError
+from gfd.config import OPTIONS, Option, Settings, convert, resolve_settings
+from gfd.config.effect import idle_flags
+from gfd.config.values import BOOL_WORDS
+from gfd.errors import ConfigError, GfdError, echo
 from gfd.process_title import name_process
 
 # What a command needs beyond parsing is imported where it runs, so that ``gfd --version``
 # and ``--help`` import almost nothing (tests/test_startup_imports.py).
 
 
-class UsageError(GfdError):
+class UsageError(ConfigError):
     """The command line itself is wrong."""
 
 
@@ -42,12 +45,22 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: The subcommands, ``run`` first: it is the default.
+COMMANDS = ("run", "labels", "facts", "topo")
+#: Subcommands that print what they read and take ``--format``.
+FORMATTED_COMMANDS = ("facts", "topo")
+#: The flags that are no setting and take no value: help and version.
+_OTHER_FLAGS = ("-h", "--help", "--version")
+
+
+def _setting_flags(option: Option) -> tuple[str, ...]:
+    return (option.flag, "-o") if option.name == "output_file" else (option.flag,)
+
+
 def _add_options(parser: argparse.ArgumentParser) -> None:
     """Every setting as a flag whose default is 'not given', so precedence can tell."""
     for option in OPTIONS:
-        flags = [option.flag]
-        if option.name == "output_file":
-            flags.append("-o")
+        flags = _setting_flags(option)
         if option.kind == "bool":
             parser.add_argument(
                 *flags,
@@ -55,7 +68,8 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
                 nargs="?",
                 const="true",
                 default=argparse.SUPPRESS,
-                metavar="BOOL",
+                # The value can only follow "=": --oneshot, --oneshot=false (check_words).
+                metavar="=BOOL",
                 help=option.help,
             )
         else:
@@ -80,7 +94,10 @@ def bundled_profiles() -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
+    # No abbreviations anywhere (allow_abbrev=False on every parser, subcommands'
+    # included): Go's flag package, which the reference parses with, takes none, and a
+    # prefix that happens to match one flag today would silently pick another tomorrow.
+    common = _Parser(add_help=False, allow_abbrev=False)
     _add_options(common)
     parser = _Parser(
         prog="gfd",
@@ -94,14 +111,26 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common],
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"gfd {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    commands.add_parser("run", parents=[common], help="label this node (default)")
-    commands.add_parser("labels", parents=[common], help="print the labels; publish nothing")
-    facts = commands.add_parser("facts", parents=[common], help="print the facts read from NVML")
+    commands.add_parser(
+        "run", parents=[common], allow_abbrev=False, help="label this node (default)"
+    )
+    commands.add_parser(
+        "labels", parents=[common], allow_abbrev=False, help="print the labels; publish nothing"
+    )
+    facts = commands.add_parser(
+        "facts",
+        parents=[common],
+        allow_abbrev=False,
+        help="print the facts read from NVML (-o FILE: write them to FILE, whole or not at all)",
+    )
     facts.add_argument("--format", choices=("yaml", "json"), default="yaml")
-    topo = commands.add_parser("topo", parents=[common], help="print the GPU topology matrix")
+    topo = commands.add_parser(
+        "topo", parents=[common], allow_abbrev=False, help="print the GPU topology matrix"
+    )
     topo.add_argument("--format", choices=("table", "json"), default="table")
     cleanup = commands.add_parser(
         "cleanup",
@@ -135,8 +164,78 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_words(argv: Sequence[str]) -> None:
+    """Refuse, in one line that says what was meant, a command line whose words argparse
+    would misread or explain poorly.
+
+    - A flag gfd does not have, abbreviations included: named, with the flag it most
+      looks like.
+    - A boolean flag followed by a separate word (``--oneshot yes``): as in the
+      reference (urfave/cli on Go's flag package), a boolean flag's value can only follow
+      ``=``; a separate word would be read as a subcommand. The reference stops reading
+      flags at that word and ignores it and everything after it; gfd says so instead.
+    - A word that is no subcommand, or a second subcommand.
+    - ``--format`` with a subcommand that has none.
+    """
+    value_flags = {
+        flag for option in OPTIONS if option.kind != "bool" for flag in _setting_flags(option)
+    } | {"--format"}
+    bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"}
+    command: str | None = None
+    format_given = False
+    bare_bool: str | None = None
+    words = iter(argv)
+    for word in words:
+        after, bare_bool = bare_bool, None
+        if word.startswith("-") and word not in ("-", "--"):
+            name = word.split("=", 1)[0]
+            if name in value_flags:
+                format_given = format_given or name == "--format"
+                if "=" not in word:
+                    next(words, None)
+            elif name in bool_flags:
+                bare_bool = None if "=" in word else word
+            elif name not in _OTHER_FLAGS:
+                raise UsageError(_unknown_flag(name, value_flags | bool_flags))
+            continue
+        if command is None and word in COMMANDS:
+            command = word
+            continue
+        if after is not None and word.strip().lower() in BOOL_WORDS:
+            raise UsageError(
+                f"{after} {word}: a boolean flag takes its value after '=' (write "
+                f"{after}={word}, or {after} alone for true), as in NVIDIA's GFD; "
+                "a separate word is read as a subcommand"
+            )
+        raise UsageError(
+            f"unexpected word {echo(word)}: gfd takes flags and at most one subcommand "
+            f"({', '.join(COMMANDS)})"
+        )
+    if format_given and command not in FORMATTED_COMMANDS:
+        raise UsageError(
+            f"--format applies to {' and '.join(FORMATTED_COMMANDS)} only "
+            f"(gfd facts --format json), not to {command or 'run'}"
+        )
+
+
+def _unknown_flag(name: str, known: set[str]) -> str:
+    """The error line for a flag gfd does not have, naming the one it most looks like."""
+    import difflib
+
+    prefixed = sorted(flag for flag in known if flag.startswith(name) and name.startswith("--"))
+    close = prefixed or difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    if prefixed:
+        hint = f" (flags are never abbreviated: did you mean {' or '.join(prefixed[:3])}?)"
+    elif close:
+        hint = f" (did you mean {close[0]}?)"
+    else:
+        hint = " (gfd --help lists them)"
+    return f"unknown flag {echo(name)}{hint}"
+
+
 def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
     """Parse ``argv``; return the namespace and the explicitly given settings, converted."""
+    check_words(argv)
     # A bare boolean flag means true; spelling it --flag=true keeps argparse from
     # taking the next word (a subcommand, say) as the flag's value.
     bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"}
@@ -194,13 +293,22 @@ def command_labels(settings: Settings, stdout: TextIO, log: Any) -> int:
     return EXIT_OK
 
 
-def command_facts(settings: Settings, fmt: str, stdout: TextIO) -> int:
-    from gfd.facts import dump_facts
+def command_facts(settings: Settings, fmt: str, stdout: TextIO, capture: str | None) -> int:
+    """Print the facts, or write them to ``capture`` (``-o FILE``) whole or not at all.
+
+    Nothing is written before the read succeeded: a failed read leaves stdout empty and
+    ``capture`` as it was.
+    """
+    from gfd.facts import dump_facts, save_facts_text
     from gfd.topology import build_topology, topology_to_json
 
     facts = read_node_once(settings)
     derived = {"topology": topology_to_json(build_topology(facts))} if facts.gpus else {}
-    stdout.write(dump_facts(facts, fmt, derived=derived))  # type: ignore[arg-type]
+    text = dump_facts(facts, fmt, derived=derived)  # type: ignore[arg-type]
+    if capture:
+        save_facts_text(text, capture)
+    else:
+        stdout.write(text)
     return EXIT_OK
 
 
@@ -291,25 +399,36 @@ def main(
         namespace, explicit = parse_command_line(arguments)
         if getattr(namespace, "from_pid", None) is not None:
             explicit = {**agent_settings(namespace.from_pid), **explicit}
+        command = namespace.command or "run"
         settings = resolve_settings(explicit, environment)
         check_machine_type_file(settings)
-    except (UsageError, ConfigError) as exc:
+        idle = idle_flags(command, explicit, settings)
+        if idle.errors:
+            more = len(idle.errors) - 1
+            raise UsageError(idle.errors[0] + (f" (and {more} more such flag(s))" if more else ""))
+    except ConfigError as exc:  # a UsageError too
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     # After parsing: --version and --help end above without loading the logging stack.
     from gfd.logs import configure_logging, get_logger
 
-    command = namespace.command or "run"
     # The doctor's report says what its checks found; their logs would say it twice. Only
     # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
     quiet = command == "doctor" and "log_level" not in explicit
     configure_logging("error" if quiet else settings.log_level)
     log = get_logger()
+    for warning in idle.warnings:
+        log.warning("flag ignored", problem=warning)
     try:
         if command == "labels":
             code = command_labels(settings, out, log)
         elif command == "facts":
-            code = command_facts(settings, namespace.format, out)
+            # Only -o on this command line names a capture file: a GFD_OUTPUT_FILE or
+            # outputFile of the deployment is the feature file, never to be overwritten
+            # by facts ('-' or empty: stdout, as for the feature file).
+            capture = explicit.get("output_file")
+            to_file = capture if capture not in (None, "-", "") else None
+            code = command_facts(settings, namespace.format, out, to_file)
         elif command == "topo":
             code = command_topo(settings, namespace.format, out)
         elif command == "cleanup":
@@ -325,12 +444,9 @@ def main(
     except BrokenPipeError:
         _quiet_broken_stdout(out)
         return EXIT_FAILED
-    except (ConfigError, UsageError) as exc:
-        print(error_line(exc), file=sys.stderr)
-        return EXIT_USAGE
     except GfdError as exc:
         print(error_line(exc), file=sys.stderr)
-        return EXIT_FAILED
+        return exit_status_of(exc)
     except KeyboardInterrupt:
         return EXIT_OK
     except (RecursionError, MemoryError) as exc:

@@ -70,6 +70,7 @@ class NvmlError(GfdError):
         self.call = call
         self.code = code
         self.name = name
+        self.detail = detail
         suffix = f" ({detail})" if detail else ""
         super().__init__(f"NVML {call} failed: {name} (code {code}){suffix}")
 

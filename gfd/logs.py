@@ -1,6 +1,8 @@
-"""Logging set-up: structlog's event model, JSON lines when stdout is not a terminal.
+"""Logging set-up: structlog's event model, JSON lines when the log's stream is not a terminal.
 
-Logs go to stderr so that stdout stays clean for labels, facts and tables.
+Logs go to stderr so that stdout stays clean for labels, facts and tables; so whether
+stderr is a terminal decides their format (:func:`logs_are_json`), whatever stdout is:
+``gfd labels > file`` typed at a terminal logs for a person, a pod logs JSON.
 
 Importing structlog costs more than all of gfd's own modules together (it pulls in
 asyncio and ssl), which a one-shot run would pay to write one line. So loggers from
@@ -51,7 +53,7 @@ class _Configuration:
 
     def as_json(self) -> bool:
         if self._as_json is None:
-            self._as_json = (not sys.stdout.isatty()) if self.json is None else self.json
+            self._as_json = logs_are_json(self.stream) if self.json is None else self.json
         return self._as_json
 
     def apply(self) -> Any:
@@ -59,7 +61,7 @@ class _Configuration:
         import structlog
 
         if self.applied != self.generation:
-            as_json = (not sys.stdout.isatty()) if self.json is None else self.json
+            as_json = self.as_json()
             renderer: Any = (
                 structlog.processors.JSONRenderer(sort_keys=True)
                 if as_json
@@ -82,6 +84,16 @@ class _Configuration:
 
 
 _CONFIGURATION = _Configuration()
+
+
+def logs_are_json(stream: TextIO | None = None) -> bool:
+    """Whether log lines written to ``stream`` (``sys.stderr`` when None) are JSON: yes
+    unless it is a terminal. A stream that cannot say (closed, or no file) is no terminal."""
+    out = stream if stream is not None else sys.stderr
+    try:
+        return not out.isatty()
+    except (AttributeError, OSError, ValueError):
+        return True
 
 
 def configure_logging(

@@ -154,3 +154,67 @@ def test_a_logger_writes_the_line_to_the_configured_stream() -> None:
     _same_but_time(
         line, structlog_line("warning", "label withheld", {"node": "n1", "cycle": 3}, {"key": "k"})
     )
+
+
+def _gfd_debug_labels(*, stdout: int, stderr: int) -> None:
+    """``gfd --log-level debug --simulate t4-single labels``: debug lines on stderr."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(
+        [sys.executable, "-m", "gfd", "--log-level", "debug", "--simulate", "t4-single", "labels"],
+        stdout=stdout,
+        stderr=stderr,
+        cwd=root,
+        check=True,
+        timeout=60,
+    )
+
+
+def _read_terminal(master: int) -> str:
+    import os
+
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def test_log_format_follows_stderr_not_stdout(tmp_path: Path) -> None:
+    """Logs go to stderr, so stderr's terminal-ness chooses their format: ``gfd labels >
+    file`` at a terminal logs for a person; stderr sent to a file (a pod's log) gets JSON
+    even when stdout is a terminal."""
+    import os
+    import pty
+
+    master, terminal = pty.openpty()
+    try:
+        with (tmp_path / "labels").open("wb") as labels:
+            _gfd_debug_labels(stdout=labels.fileno(), stderr=terminal)
+        os.close(terminal)
+        terminal = -1
+        for_a_person = _read_terminal(master).splitlines()
+    finally:
+        os.close(master)
+        if terminal >= 0:
+            os.close(terminal)
+    # structlog's console form: "<time> [<level>   ] <event>  key=value ...".
+    console = re.compile(r"^\S+Z \[(debug|info|warning|error) *\] ")
+    assert for_a_person and all(console.match(line) for line in for_a_person), for_a_person
+    assert "nvidia.com/gpu.product=Tesla-T4" in (tmp_path / "labels").read_text()
+
+    master, terminal = pty.openpty()
+    try:
+        with (tmp_path / "log").open("wb") as log:
+            _gfd_debug_labels(stdout=terminal, stderr=log.fileno())
+    finally:
+        os.close(terminal)
+        os.close(master)
+    records = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
+    assert records and "debug" in {record["level"] for record in records}

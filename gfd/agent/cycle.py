@@ -156,6 +156,7 @@ class Agent:
         interruptible: Callable[[], contextlib.AbstractContextManager[object]] = (
             contextlib.nullcontext
         ),
+        ends_run: Callable[[CycleOutcome], bool] = lambda outcome: False,
     ) -> None:
         self._read_facts = read_facts
         self._facts_without_nvml = facts_without_nvml
@@ -181,6 +182,10 @@ class Agent:
         #: Wraps the parts of a cycle a stop may abandon
         #: (:meth:`gfd.agent.control.LoopControl.interruptible`).
         self._interruptible = interruptible
+        #: Whether a failed cycle ends the run (a one-shot's, or a first NVML start that
+        #: failed with --fail-on-init-error): the run's last line then says why, so the
+        #: failure is logged at debug only and stderr says it once.
+        self._ends_run = ends_run
 
     def cycle(self) -> CycleOutcome:
         """Read, label, publish once."""
@@ -199,12 +204,13 @@ class Agent:
             )
         else:
             self._telemetry.cycle_failed(outcome.kind, duration)
+            report = self._log.debug if self._ends_run(outcome) else self._log.error
             if outcome.error is not None:
-                self._log.error(
+                report(
                     "cycle failed", reason=outcome.reason, kind=outcome.kind, exc_info=outcome.error
                 )
             else:
-                self._log.error("cycle failed", reason=outcome.reason, kind=outcome.kind)
+                report("cycle failed", reason=outcome.reason, kind=outcome.kind)
         return outcome
 
     def _cycle(self) -> CycleOutcome:

@@ -13,6 +13,7 @@ together here, one concern a module:
   to a second;
 - :mod:`~gfd.app.run`: the ``run`` subcommand, its loop, and the reload that swaps the
   agent for a new configuration;
+- :mod:`~gfd.app.deadline`: the one-shot run's bound, and the watchdog that holds it;
 - :mod:`~gfd.app.exit_status`: the process's exit statuses and its one error line.
 
 Every module here imports the heavy parts (NVML, the Kubernetes client, the metrics

@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gfd.config import Settings
-from gfd.errors import ConfigError
+from gfd.errors import ConfigError, NvmlNotReady
 
 if TYPE_CHECKING:
     from gfd.facts import NodeFacts
+
+#: NVML's error name for a ``libnvidia-ml.so.1`` that cannot be found or loaded.
+LIBRARY_NOT_FOUND = "NVML_ERROR_LIBRARY_NOT_FOUND"
+#: What a user whose machine has no NVIDIA driver library can do: both ways gfd runs.
+NO_NVML_HINT = (
+    "no NVIDIA driver library (libnvidia-ml.so.1): on a GPU node, run gfd under the NVIDIA "
+    "container runtime or point --driver-root-ctr-path at the mounted driver root; without "
+    "a GPU, try --simulate PROFILE (gfd --help lists the profiles)"
+)
 
 
 @dataclass(frozen=True)
@@ -43,24 +52,32 @@ class NodeReader:
     _nvml: list[Any] = field(default_factory=list, compare=False, repr=False)
 
     def __call__(self) -> NodeFacts:
-        if not self._nvml:
-            from gfd.nvml.reader import NvmlReader
+        try:
+            if not self._nvml:
+                from gfd.nvml.reader import NvmlReader
 
-            library = self.library_path
-            if library is None:
-                # Only a driver's library is searched for (the simulator's has its path).
-                from gfd.nvml.driver_root import nvml_library_path
+                library = self.library_path
+                if library is None:
+                    # Only a driver's library is searched for (the simulator's has its path).
+                    from gfd.nvml.driver_root import nvml_library_path
 
-                library = nvml_library_path(self.driver_root)
-            self._nvml.append(
-                NvmlReader(
-                    library_path=library,
-                    sysfs_root=self.sysfs_root,
-                    machine_type_file=self.machine_type_file,
-                    on_absent=self._report_absent,
+                    library = nvml_library_path(self.driver_root)
+                self._nvml.append(
+                    NvmlReader(
+                        library_path=library,
+                        sysfs_root=self.sysfs_root,
+                        machine_type_file=self.machine_type_file,
+                        on_absent=self._report_absent,
+                    )
                 )
-            )
-        facts: NodeFacts = self._nvml[0].read()
+            facts: NodeFacts = self._nvml[0].read()
+        except NvmlNotReady as exc:
+            if exc.name != LIBRARY_NOT_FOUND or self.library_path is not None:
+                raise
+            # No driver library on this machine: say what gfd can do instead, in the one
+            # line every subcommand (and each cycle's log) shows.
+            detail = f"{exc.detail}; {NO_NVML_HINT}" if exc.detail else NO_NVML_HINT
+            raise NvmlNotReady(exc.call, exc.code, exc.name, detail) from exc
         return facts
 
     def close(self) -> None:

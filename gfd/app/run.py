@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from gfd.agent import Agent, LoopControl, Pacer, StopRequested
-from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, error_line
+from gfd.agent import Agent, CycleOutcome, LoopControl, Pacer, StopRequested
+from gfd.app.deadline import OneshotDeadline
+from gfd.app.exit_status import EXIT_OK, error_line, exit_status_of_kind
 from gfd.app.health_setup import HealthSetup
 from gfd.app.label_mode import CycleNodeRead, LabelModeSetup, label_options
 from gfd.app.metrics_endpoint import MetricsEndpoint
@@ -45,6 +46,16 @@ class AgentAssembly:
     stdout: TextIO
     log: Any
     label_modes: LabelModeSetup = field(default_factory=LabelModeSetup)
+    #: Whether a cycle of this run has ever succeeded (across reloads).
+    succeeded: bool = False
+
+    def ends_run(self, settings: Settings, outcome: CycleOutcome) -> bool:
+        """Whether the failed cycle ``outcome`` ends the run (its last line says why)."""
+        if settings.oneshot:
+            # A one-shot that labelled a node whose NVML is down as one without GPUs
+            # (--fail-on-init-error=false) did its job; the failure stays a log line.
+            return not outcome.published_without_nvml
+        return outcome.init_failure and settings.fail_on_init_error and not self.succeeded
 
     def agent_for(self, settings: Settings, built: SinkSet) -> Agent:
         read = self.reader_for(settings)
@@ -79,6 +90,7 @@ class AgentAssembly:
             label_mode=self.label_modes.choice(
                 settings, node=node, dra_node=dra_node, log=self.log
             ),
+            ends_run=lambda outcome: self.ends_run(settings, outcome),
         )
 
     def reload(
@@ -147,7 +159,8 @@ def run_agent(
     stdout: TextIO,
     log: Any,
 ) -> int:
-    """Label once (``--oneshot``) or forever; SIGTERM/SIGINT stop, SIGHUP reloads the config.
+    """Label once (``--oneshot``, within ``--oneshot-timeout``: :mod:`gfd.app.deadline`) or
+    forever; SIGTERM/SIGINT stop, SIGHUP reloads the config.
 
     ``explicit`` (the settings given on the command line) and ``env`` are read again at
     each reload, with the config file. A stop ends the run within a second, whatever it is
@@ -156,8 +169,27 @@ def run_agent(
     more), and a main thread held in a call that cannot be interrupted is overtaken by
     :class:`~gfd.app.signals.StopWatchdog`.
     """
+    deadline = OneshotDeadline(settings.oneshot_timeout if settings.oneshot else None)
+    try:
+        return _assemble_and_run(explicit, env, settings, stdout, log, deadline)
+    finally:
+        # On every way out, those that fail before the run starts included: a watchdog
+        # left behind would end the process (or the test runner holding it) later.
+        deadline.close()
+
+
+def _assemble_and_run(
+    explicit: Mapping[str, Any],
+    env: Mapping[str, str],
+    settings: Settings,
+    stdout: TextIO,
+    log: Any,
+    deadline: OneshotDeadline,
+) -> int:
     control = LoopControl()
-    factory = SinkFactory(control.stop)
+    factory = SinkFactory(
+        control.stop, give_up_by=None if deadline.at is None else (deadline.at, deadline.why)
+    )
     health = HealthSetup(control.stop)
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
@@ -201,7 +233,7 @@ def _run_once(agent: Agent, log: Any) -> int:
     if outcome.ok or outcome.published_without_nvml:
         return EXIT_OK
     print(error_line(outcome.reason), file=sys.stderr)
-    return EXIT_FAILED
+    return exit_status_of_kind(outcome.kind)
 
 
 def _run_periodically(
@@ -215,7 +247,6 @@ def _run_periodically(
     from gfd.config_watch import ConfigFileWatch
 
     control, log = assembly.control, assembly.log
-    ever_succeeded = False
     pacer = Pacer(settings.sleep_interval)
     config_watch = ConfigFileWatch(settings.config_file)
     while not control.stop.is_set():
@@ -224,13 +255,13 @@ def _run_periodically(
         except StopRequested:
             # A stop signal ended the cycle while it read or computed.
             break
-        ever_succeeded = ever_succeeded or outcome.ok
-        if outcome.init_failure and settings.fail_on_init_error and not ever_succeeded:
+        if not outcome.ok and assembly.ends_run(settings, outcome):
             print(
                 error_line(f"{outcome.reason} (pass --fail-on-init-error=false to keep retrying)"),
                 file=sys.stderr,
             )
-            return EXIT_FAILED
+            return exit_status_of_kind(outcome.kind)
+        assembly.succeeded = assembly.succeeded or outcome.ok
         # Without a config file there is nothing to watch, and no wake-up a second.
         watching = config_watch.changed if settings.config_file else None
         control.sleep(pacer.next_delay(outcome.ok), changed=watching)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -100,7 +99,7 @@ class StopWatchdog:
 
     def _say_stopping_now(self) -> None:
         """One log line, written with one system call: the main thread may hold any lock."""
-        from gfd.logs import get_logger, json_line
+        from gfd.logs import get_logger, json_line, logs_are_json
 
         if not get_logger().is_enabled_for("warning"):
             return
@@ -108,9 +107,7 @@ class StopWatchdog:
             f"stopping now: still busy {self._grace} s after the stop signal "
             "(a call that cannot be interrupted, such as NVML on a hung driver)"
         )
-        line = (
-            f"gfd: warning: {event}" if sys.stdout.isatty() else json_line("warning", event, {}, {})
-        )
+        line = json_line("warning", event, {}, {}) if logs_are_json() else f"gfd: warning: {event}"
         with contextlib.suppress(OSError):
             os.write(2, (line + "\n").encode())
 

@@ -138,10 +138,15 @@ class SinkFactory:
     :meth:`discard` s it, so a refused reload leaves the old sinks and client alive.
     """
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(
+        self, stop: threading.Event, *, give_up_by: tuple[float, str] | None = None
+    ) -> None:
         self._stop = stop
         self._kube: KubeClient | None = None
         self._kubeconfig: str | None = None
+        #: (monotonic clock value, why) by which the client gives up every operation:
+        #: a one-shot run's bound (gfd.app.deadline); None: each operation's own deadline.
+        self._give_up_by = give_up_by
 
     def _client(self, settings: Settings) -> tuple[KubeClient, bool]:
         """The client for ``settings`` and whether it is a new one."""
@@ -149,7 +154,10 @@ class SinkFactory:
             return self._kube, False
         from gfd.kube_api import connect_kubernetes
 
-        return connect_kubernetes(kubeconfig=settings.kubeconfig), True
+        client = connect_kubernetes(kubeconfig=settings.kubeconfig)
+        if self._give_up_by is not None:
+            client.give_up_by(*self._give_up_by)
+        return client, True
 
     def adopt(self, built: SinkSet) -> None:
         """``built`` is now what runs: close the client it replaced."""

@@ -2,8 +2,9 @@
 
 The package is split by what changes together: :mod:`gfd.config.options` (each
 setting's flag, environment variables and config key), :mod:`gfd.config.file` (the
-config file's schema and loader), :mod:`gfd.config.values` (duration and boolean
-parsers). This module owns :class:`Settings` and the precedence, as the reference
+config file's schema and loader), :mod:`gfd.config.values` (duration, boolean and
+log-level parsers), :mod:`gfd.config.effect` (which flags do nothing in which mode, and
+what is said about them). This module owns :class:`Settings` and the precedence, as the reference
 has it (``reference/GFD-COMPAT.md``): an explicitly set flag or environment variable
 beats the config file, which beats the defaults; and the checks of how settings
 combine. Everything callers need is re-exported here (the config file's names on first use).
@@ -19,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from gfd.config.options import (
     DEFAULT_MACHINE_TYPE_FILE,
+    DEFAULT_ONESHOT_TIMEOUT,
     DEFAULT_OUTPUT_FILE,
-    LOG_LEVELS,
     MIG_STRATEGIES,
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -35,6 +36,7 @@ from gfd.config.values import (
     LABEL_MODE_DEVICE_PLUGIN,
     LABEL_MODE_HARDWARE,
     LABEL_MODES,
+    LOG_LEVELS,
     MAX_DURATION_SECONDS,
     format_duration,
     parse_bool,
@@ -84,6 +86,7 @@ SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/
 __all__ = [
     "CONFIG_VERSION",
     "DEFAULT_MACHINE_TYPE_FILE",
+    "DEFAULT_ONESHOT_TIMEOUT",
     "DEFAULT_OUTPUT_FILE",
     "LABEL_MODES",
     "LABEL_MODE_AUTO",
@@ -122,6 +125,8 @@ class Settings:
     label_mode: str = LABEL_MODE_DEVICE_PLUGIN
     fail_on_init_error: bool = True
     oneshot: bool = False
+    #: Seconds a one-shot run may take in all (gfd.app.deadline); None: no bound.
+    oneshot_timeout: float | None = DEFAULT_ONESHOT_TIMEOUT
     no_timestamp: bool = False
     #: Seconds between cycles; None means ``infinite`` (label once, then idle).
     sleep_interval: float | None = 60.0

@@ -49,6 +49,7 @@ _CONFIG_TREE: dict[str, Any] = {
         "gfd": {
             "labelMode": None,
             "oneshot": None,
+            "oneshotTimeout": None,
             "noTimestamp": None,
             "sleepInterval": None,
             "outputFile": None,

@@ -13,20 +13,24 @@ from typing import Any
 
 from gfd.config.values import (
     LABEL_MODES,
+    LOG_LEVELS,
     parse_bool,
     parse_checks,
     parse_duration,
+    parse_log_level,
     parse_xids,
 )
 from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+#: How long a one-shot run may take in all before it gives up (a Job's pod that cannot
+#: reach the API server says so in half a minute, not after two).
+DEFAULT_ONESHOT_TIMEOUT = 30.0
 MIG_STRATEGIES = ("none", "single", "mixed")
 #: The effects gfd's health taint may have: both keep new pods off; NoExecute also
 #: evicts running pods that do not tolerate it.
 HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
-LOG_LEVELS = ("debug", "info", "warning", "error")
 #: The largest count option accepted: far past any use, and small enough to stay exact.
 MAX_COUNT = 1_000_000
 
@@ -39,7 +43,7 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice | checks | count | xids
+    kind: str  # bool | str | duration | optional-duration | choice | log-level | checks | count | xids
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -81,6 +85,16 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "gfd", "oneshot"),
         "bool",
         "label once and exit",
+    ),
+    Option(
+        "oneshot_timeout",
+        "--oneshot-timeout",
+        ("GFD_ONESHOT_TIMEOUT",),
+        ("flags", "gfd", "oneshotTimeout"),
+        "duration",
+        "with --oneshot: give up this long after the start, whatever the run is doing "
+        "(retries of the API server included), with one line (infinite: no bound)",
+        metavar="DURATION",
     ),
     Option(
         "no_timestamp",
@@ -322,9 +336,10 @@ OPTIONS: tuple[Option, ...] = (
         "--log-level",
         ("GFD_LOG_LEVEL",),
         ("flags", "gfd", "logLevel"),
-        "choice",
-        "log level",
+        "log-level",
+        f"log level: {', '.join(LOG_LEVELS)} (any case)",
         LOG_LEVELS,
+        metavar="LEVEL",
     ),
     Option(
         "metrics_address",
@@ -376,6 +391,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         return _count(raw, where, from_text=from_text, unit=(option.metavar or "").lower())
     if option.kind == "xids":
         return parse_xids(raw, where)
+    if option.kind == "log-level":
+        return parse_log_level(raw, where)
     if option.kind == "checks" and isinstance(raw, list):
         if not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")

@@ -2,8 +2,9 @@
 
 This module owns what a duration is (Go's syntax: ``90s``, ``1h30m``, ``500ms``;
 ``infinite``; integer nanoseconds in the config file, with the mistakes that form
-invites refused), which words are booleans, the names of the label modes, and the names
-of the health checks a user may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
+invites refused), which words are booleans, the log levels (in any case: ``DEBUG`` is
+``debug``), the names of the label modes, and the names of the health checks a user
+may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
 check by its constant here, and a test holds the two to the same names: configuration
 never imports the checks). Pure functions; errors are
 :class:`~gfd.errors.ConfigError` naming ``where`` the value came from.
@@ -17,7 +18,8 @@ from typing import Any
 
 from gfd.errors import ConfigError, echo
 
-_BOOL_WORDS = {
+#: Go's strconv.ParseBool words, lower-cased, and yes/no/on/off.
+BOOL_WORDS = {
     "1": True,
     "t": True,
     "true": True,
@@ -46,9 +48,25 @@ MIN_PLAUSIBLE_NANOSECONDS = 1_000_000_000
 def parse_bool(text: str, where: str) -> bool:
     """Go's strconv.ParseBool words, plus yes/no/on/off."""
     try:
-        return _BOOL_WORDS[text.strip().lower()]
+        return BOOL_WORDS[text.strip().lower()]
     except KeyError:
         raise ConfigError(f"{where}: {echo(text)} is not a boolean (use true or false)") from None
+
+
+#: The log levels a user may ask for, quietest last.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def parse_log_level(value: Any, where: str) -> str:
+    """A log level in any case (``DEBUG``, ``Info``), as its lower-case name."""
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{where}: expected a log level ({', '.join(LOG_LEVELS)}), got {echo(value)}"
+        )
+    level = value.strip().lower()
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"{where}: {echo(value)} is not one of {', '.join(LOG_LEVELS)}")
+    return level
 
 
 def format_duration(seconds: float) -> str:

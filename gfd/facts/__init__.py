@@ -42,4 +42,5 @@ from gfd.facts.serialise import dump_facts as dump_facts
 from gfd.facts.serialise import facts_to_dict as facts_to_dict
 from gfd.facts.serialise import parse_document as parse_document
 from gfd.facts.serialise import read_facts_text as read_facts_text
+from gfd.facts.serialise import save_facts_text as save_facts_text
 from gfd.facts.validate import facts_from_dict as facts_from_dict

@@ -1,7 +1,8 @@
 """The facts as text: YAML or JSON out, a bounded file and a parsed document in.
 
 This module owns the writing of facts (:func:`dump_facts`: deterministic, keys in
-declaration order, what ``gfd facts`` derives appended under :data:`DERIVED_KEY`) and the
+declaration order, what ``gfd facts`` derives appended under :data:`DERIVED_KEY`; and
+:func:`save_facts_text`, a capture file written whole or not at all) and the
 first steps of reading them: a facts or profile file's text, bounded
 (:func:`read_facts_text`), and its YAML or JSON parsed with parser errors as
 :class:`~gfd.errors.FactsError` with a line (:func:`parse_document`). Building facts from
@@ -10,6 +11,7 @@ the parsed document is :func:`gfd.facts.validate.facts_from_dict`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -66,6 +68,44 @@ def dump_facts(
     return str(yaml.safe_dump(plain, sort_keys=False, default_flow_style=None, width=100))
 
 
+def save_facts_text(text: str, path: str | Path) -> None:
+    """Write a capture to ``path`` whole or not at all (``gfd facts -o FILE``).
+
+    The text goes to a temporary file beside ``path`` (a dot-name), synced, then renamed
+    over it: a reader never sees half a capture, a failed write leaves ``path`` as it
+    was, and a symbolic link at ``path`` is replaced, never written through.
+    """
+    import os
+    import tempfile
+
+    from gfd.errors import GfdError
+
+    target = Path(path)
+    try:
+        fd, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+        )
+    except OSError as exc:
+        raise GfdError(
+            f"facts file {target}: cannot create a file in {target.parent}: {exc.strerror or exc}"
+        ) from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise GfdError(f"facts file {target}: cannot write: {exc.strerror or exc}") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
 def read_facts_text(path: str | Path) -> str:
     """The text of a facts (or profile) file, bounded to ``FACTS_FILE_LIMIT``; FactsError else."""
     from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, read_bounded_text
@@ -81,9 +121,22 @@ def read_facts_text(path: str | Path) -> str:
         raise FactsError(source, "", str(exc)) from exc
 
 
+#: What an empty facts file is, and how to make a real one: ``gfd facts > FILE`` leaves
+#: one behind when the read fails (the shell creates FILE before gfd runs).
+EMPTY_FILE = (
+    "empty file: not a facts capture; capture one with 'gfd facts -o FILE' on a GPU node "
+    "(a 'gfd facts > FILE' that failed leaves such a file)"
+)
+
+
 def parse_document(text: str, source: str) -> Any:
-    """Parse YAML (a superset of JSON), turning parser errors into FactsError with a line."""
+    """Parse YAML (a superset of JSON), turning parser errors into FactsError with a line.
+
+    A file with nothing but white space and comments is refused as :data:`EMPTY_FILE`."""
     import yaml
+
+    if all(not line.strip() or line.lstrip().startswith("#") for line in text.splitlines()):
+        raise FactsError(source, "", EMPTY_FILE)
 
     try:
         # libyaml's safe loader when PyYAML was built with it: 8x faster on a profile.

@@ -9,9 +9,16 @@ as :mod:`gfd.kube_api.retry` says: on 5xx, on 408 and 429 (waiting at least the 
 exponentially with jitter up to a cap, and the whole operation has a deadline. Every
 backoff sleep waits on the agent's stop event, so SIGTERM ends a retry storm at once.
 
+Each retry is told (:class:`gfd.kube_api.retry.RetryReporter`: a warning naming the server,
+the request and what failed, at most one every few seconds), and a one-shot run bounds
+every operation (:meth:`KubeClient.give_up_by`).
+
 A 401 re-reads the credentials (:mod:`gfd.kube_api.credentials`: the projected
 service-account token rotates under a running pod; a kubeconfig may be rewritten) and
-tries once more before it is reported. Failures leave as :mod:`gfd.kube_api.errors` says.
+tries once more before it is reported. In a pod, the service account's CA file is looked
+at again every few seconds and after a TLS failure: a CA the kubelet filled late or
+rotated is used from the next request on, and one that is still empty makes requests
+retryable failures, not permanent ones. Failures leave as :mod:`gfd.kube_api.errors` says.
 """
 
 from __future__ import annotations
@@ -37,7 +44,12 @@ from gfd.kube_api.credentials import (
 )
 from gfd.kube_api.errors import Interrupted, KubeApiError, KubeApiPermanentError
 from gfd.kube_api.responses import KubeResponse, read_response, status_message
-from gfd.kube_api.retry import RetryPolicy, is_retryable_status, parse_retry_after
+from gfd.kube_api.retry import (
+    RetryPolicy,
+    RetryReporter,
+    is_retryable_status,
+    parse_retry_after,
+)
 from gfd.logs import get_logger
 
 log = get_logger()
@@ -51,6 +63,44 @@ JSON_PATCH = "application/json-patch+json"
 def path_segment(value: str) -> str:
     """Quote one URL path segment (a name or namespace) so that ``/`` cannot escape it."""
     return quote(value, safe="")
+
+
+#: The shortest timeout a request is sent with, even when its operation's deadline is
+#: closer: a request needs some time to be answered at all.
+MIN_REQUEST_TIMEOUT = 0.5
+
+
+def connection_problem(exc: BaseException, server: str, timeout: float) -> str:
+    """What went wrong on the way to ``server``, in a few words: refused, unresolvable,
+    timed out, dropped (urllib3's own message repeats the pool, host and port thrice)."""
+    import urllib3.exceptions as wire
+
+    cause = exc.__cause__
+    reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else None
+    if isinstance(exc, wire.NameResolutionError):
+        return f"cannot resolve the host of {server}: {reason or exc}"
+    if isinstance(exc, wire.NewConnectionError):
+        return f"cannot connect to {server}: {reason or str(exc).rsplit(': ', 1)[-1]}"
+    if isinstance(exc, wire.ConnectTimeoutError):
+        return f"cannot connect to {server}: no answer within {timeout:g} s"
+    if isinstance(exc, wire.ReadTimeoutError):
+        return f"{server} sent no answer within {timeout:g} s"
+    if isinstance(exc, wire.ProtocolError):
+        inner = exc.args[1] if len(exc.args) > 1 else exc
+        return f"{server} dropped the connection: {type(inner).__name__}: {inner}"
+    return f"{server}: {type(exc).__name__}: {exc}"
+
+
+#: How often the service account's CA file is looked at while it is fine (one ``stat``).
+TRUST_CHECK_SECONDS = 5.0
+
+
+class _TlsFailure(Exception):
+    """Internal: the TLS handshake failed (the client's status-0 ApiException)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Transient(Exception):
@@ -87,10 +137,28 @@ class KubeClient:
         self.clock = clock
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
+        self._retries = RetryReporter(log, clock=clock)
+        #: The clock value by which every operation gives up, whatever its own deadline
+        #: (a one-shot run's bound), and why, for the line that says it gave up.
+        self._give_up_at: float | None = None
+        self._give_up_why = ""
+        #: When the service account's CA file is looked at next (:meth:`_check_trust`).
+        self._next_trust_check = clock() + TRUST_CHECK_SECONDS
+
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the credentials name it."""
+        return str(self._api.configuration.host)
+
+    def give_up_by(self, when: float, why: str) -> None:
+        """Bound every operation from now on to end by ``when`` (this client's clock):
+        retries stop in time and each request's timeout is cut to what is left."""
+        self._give_up_at, self._give_up_why = when, why
 
     def deadline(self) -> float:
         """The clock value by which an operation started now must give up."""
-        return self.clock() + self.retry_policy.deadline
+        own = self.clock() + self.retry_policy.deadline
+        return own if self._give_up_at is None else min(own, self._give_up_at)
 
     def conflict_delay(self, conflicts: int) -> float:
         """How long to wait before the ``conflicts``-th retry of a write that lost a race."""
@@ -118,10 +186,12 @@ class KubeClient:
         :class:`KubeApiPermanentError`, :class:`KubeApiError` or
         :class:`Interrupted`.
         """
+        started = self.clock()
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(_Transient),
             wait=self._backoff,
             stop=lambda state: self.clock() + state.upcoming_sleep > deadline,
+            before_sleep=lambda state: self._report_retry(state, method, path),
             sleep=lambda seconds: self._sleep(seconds, stop, method, path),
             reraise=True,
         )
@@ -129,12 +199,18 @@ class KubeClient:
             for attempt in retrying:
                 with attempt:
                     return self._send_authenticated(
-                        method, path, query, body, content_type, accept_statuses
+                        method, path, query, body, content_type, accept_statuses, deadline
                     )
         except _Transient as exc:
             attempts = retrying.statistics.get("attempt_number", 1)
+            took = self.clock() - started
+            bound = f": {self._give_up_why}" if deadline == self._give_up_at else ""
             raise KubeApiError(
-                method, path, exc.status, f"{exc.detail} (gave up after {attempts} attempt(s))"
+                method,
+                path,
+                exc.status,
+                f"{exc.detail} (gave up after {attempts} attempt{'s' if attempts != 1 else ''} "
+                f"in {took:.1f} s{bound})",
             ) from None
         raise AssertionError("tenacity returned without a result")  # pragma: no cover
 
@@ -150,9 +226,49 @@ class KubeClient:
         ceiling = min(policy.max_delay, policy.initial_delay * 2 ** (state.attempt_number - 1))
         return self._rng.uniform(ceiling / 2, ceiling)
 
+    def _check_trust(self, *, after_tls_failure: bool) -> None:
+        """Look at the service account's CA file again, when due: every
+        :data:`TRUST_CHECK_SECONDS`, at every attempt while it cannot be trusted, and after
+        a TLS failure. A changed file drops the pooled connections (verified by the old
+        CA: the next ones verify with the new); a CA not fit to trust, or one that changed
+        under a TLS failure, makes the attempt a retryable failure."""
+        ca = self._credentials.ca
+        if ca is None:
+            return
+        with self._lock:
+            now = self.clock()
+            if not after_tls_failure and ca.problem is None and now < self._next_trust_check:
+                return
+            self._next_trust_check = now + TRUST_CHECK_SECONDS
+            changed = ca.check()
+            if changed:
+                self._api.rest_client.pool_manager.clear()
+            problem = ca.problem
+        if changed and problem is None:
+            log.info("kube_ca_reloaded", path=str(ca.path))
+        if problem is not None:
+            raise _Transient(None, problem)
+        if changed and after_tls_failure:
+            raise _Transient(
+                None, f"service account CA certificate {ca.path} changed; trying again"
+            )
+
+    def _report_retry(self, state: tenacity.RetryCallState, method: str, path: str) -> None:
+        failure = state.outcome.exception() if state.outcome else None
+        problem = failure.detail if isinstance(failure, _Transient) else str(failure)
+        status = failure.status if isinstance(failure, _Transient) else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        self._retries.retrying(
+            self.server,
+            f"{method} {path}",
+            problem,
+            attempt=state.attempt_number,
+            wait=wait,
+            status=status,
+        )
+
     @staticmethod
     def _sleep(seconds: float, stop: threading.Event, method: str, path: str) -> None:
-        log.debug("kube_retry_wait", method=method, path=path, seconds=round(seconds, 3))
         if stop.wait(seconds):
             raise Interrupted(f"interrupted while waiting to retry {method} {path}")
 
@@ -164,8 +280,16 @@ class KubeClient:
         body: Any,
         content_type: str,
         accept_statuses: Collection[int],
+        deadline: float,
     ) -> KubeResponse:
-        response = self._send_once(method, path, query, body, content_type)
+        self._check_trust(after_tls_failure=False)
+        try:
+            response = self._send_once(method, path, query, body, content_type, deadline)
+        except _TlsFailure as exc:
+            # A CA the kubelet filled or rotated since is retried at once; a CA that
+            # cannot be trusted yet (empty, unreadable) is retried until it can.
+            self._check_trust(after_tls_failure=True)
+            raise KubeApiPermanentError(method, path, None, exc.reason) from exc
         if response.status == 401:
             # A rotated token is the usual cause: read the credentials again, once.
             with self._lock:
@@ -174,21 +298,14 @@ class KubeClient:
                 except ConfigError as exc:
                     raise KubeApiPermanentError(method, path, 401, str(exc)) from exc
             log.info("kube_credentials_reloaded", source=self._credentials.describe)
-            response = self._send_once(method, path, query, body, content_type)
+            response = self._send_once(method, path, query, body, content_type, deadline)
         status = response.status
         if 200 <= status < 300 or status in accept_statuses:
             return response
         message = status_message(response.body)
         if is_retryable_status(status):
+            # Told by the retry reporter, with the wait it chose (Retry-After included).
             retry_after = parse_retry_after(response.headers.get("retry-after"))
-            log.info(
-                "kube_retryable_status",
-                method=method,
-                path=path,
-                status=status,
-                retry_after=retry_after,
-                message=message,
-            )
             raise _Transient(status, message, retry_after)
         raise KubeApiPermanentError(method, path, status, self._explain(status, message))
 
@@ -211,9 +328,13 @@ class KubeClient:
         query: Mapping[str, str] | None,
         body: Any,
         content_type: str,
+        deadline: float,
     ) -> KubeResponse:
         import urllib3
         from kubernetes.client.exceptions import ApiException
+
+        # No request outlives the operation's deadline by more than MIN_REQUEST_TIMEOUT.
+        timeout = max(MIN_REQUEST_TIMEOUT, min(self.request_timeout, deadline - self.clock()))
 
         headers = {"Accept": JSON}
         if body is not None:
@@ -232,14 +353,14 @@ class KubeClient:
                 url,
                 header_params=header_params,
                 body=serialised,
-                _request_timeout=self.request_timeout,
+                _request_timeout=timeout,
             )
             return read_response(raw, method, path)
         except ApiException as exc:
             # The client turns TLS failures into status-0 ApiExceptions.
-            raise KubeApiPermanentError(method, path, None, str(exc.reason)) from exc
+            raise _TlsFailure(str(exc.reason)) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise _Transient(None, f"{type(exc).__name__}: {exc}") from exc
+            raise _Transient(None, connection_problem(exc, self.server, timeout)) from exc
 
 
 def connect_kubernetes(
@@ -251,6 +372,7 @@ def connect_kubernetes(
     in_cluster_ca_path: str = IN_CLUSTER_CA_PATH,
     in_cluster_host_env: Mapping[str, str] | None = None,
     context: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> KubeClient:
     """Build the process's :class:`KubeClient`.
 
@@ -285,4 +407,5 @@ def connect_kubernetes(
         credentials=credentials,
         request_timeout=request_timeout,
         retry_policy=retry_policy or RetryPolicy(),
+        clock=clock,
     )

@@ -4,9 +4,11 @@ This module owns loading them: a kubeconfig file (read with bounds and checked b
 client's loader sees it, and refused at start-up when its server is no URL or its
 certificate authority no certificate), or the pod's service account, whose projected token
 the kubelet rotates under a running pod (:class:`RotatingTokenFile`: read again whenever
-the file changes). Each source can be read again in full (:attr:`Credentials.reload`),
-which the client does once after a 401. Every problem is a :class:`~gfd.errors.ConfigError`
-naming the file.
+the file changes) and whose CA bundle it fills and rotates too (:class:`ServiceAccountCA`:
+judged again whenever the file changes; a pod that starts before it is filled waits for
+it instead of failing). Each source can be read again in full (:attr:`Credentials.reload`),
+which the client does once after a 401. Every problem at start-up is a
+:class:`~gfd.errors.ConfigError` naming the file.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ IN_CLUSTER_CA_PATH = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 
 
 class Credentials:
-    """Where the bearer token comes from, and how to read it again after a 401."""
+    """Where the bearer token comes from, how to read it again after a 401, and (in a pod)
+    the CA bundle file the server is trusted by."""
 
     def __init__(
         self,
@@ -41,10 +44,70 @@ class Credentials:
         describe: str,
         reload: Callable[[Any], None],
         refresh_hook: Callable[[Any], None] | None = None,
+        ca: ServiceAccountCA | None = None,
     ) -> None:
         self.describe = describe
         self.reload = reload
         self.refresh_hook = refresh_hook
+        #: The service account's CA file, watched for changes; None: a kubeconfig's CA,
+        #: read again with the rest of the kubeconfig after a 401.
+        self.ca = ca
+
+
+class ServiceAccountCA:
+    """The service account's CA bundle, a file the kubelet fills and rotates under a
+    running pod (a pod may even start while its projected ``ca.crt`` is still empty).
+
+    :meth:`check` looks at the file's identity (inode, size, mtime: one ``stat``) and reads
+    and judges its content again when that changed. :attr:`problem` says in words why the
+    bundle cannot be trusted yet (missing, unreadable, empty, no PEM certificate), or is
+    None when it holds a certificate. The client checks it at most every few seconds, at
+    every attempt while it has a problem, and after a TLS failure
+    (:meth:`gfd.kube_api.client.KubeClient.request`).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._signature: tuple[int, int, int] | None = None
+        self.problem: str | None = None
+        self.check()
+
+    def check(self) -> bool:
+        """Look at the file again; whether it changed since the last look."""
+        try:
+            stat = self.path.stat()
+        except OSError as exc:
+            changed = self._signature is not None or self.problem is None
+            self._signature = None
+            self.problem = (
+                f"service account CA certificate {self.path}: cannot read: {exc.strerror or exc}"
+            )
+            return changed
+        signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        self.problem = self._judge()
+        return True
+
+    def _judge(self) -> str | None:
+        import ssl
+
+        where = f"service account CA certificate {self.path}"
+        try:
+            # A CA bundle is a few certificates; the kubeconfig's bound is ample.
+            text = read_bounded_text(self.path, KUBECONFIG_LIMIT)
+        except OSError as exc:
+            return f"{where}: cannot read: {exc.strerror or exc}"
+        except (InputRejected, UnicodeDecodeError) as exc:
+            return f"{where}: {'not UTF-8 text' if isinstance(exc, UnicodeDecodeError) else exc}"
+        if not text.strip():
+            return f"{where}: the file is empty (the kubelet has not filled it yet)"
+        try:
+            ssl.create_default_context(cadata=text)
+        except (ssl.SSLError, ValueError) as exc:
+            return f"{where}: holds no usable PEM certificate ({shorten(str(exc), 120)})"
+        return None
 
 
 class RotatingTokenFile:
@@ -197,5 +260,8 @@ def in_cluster_credentials(
         token.apply(config)
 
     return Credentials(
-        describe=f"service account token {token_path}", reload=reload, refresh_hook=refresh
+        describe=f"service account token {token_path}",
+        reload=reload,
+        refresh_hook=refresh,
+        ca=ServiceAccountCA(ca_path),
     )

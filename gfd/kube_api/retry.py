@@ -1,17 +1,21 @@
 """When a request to the API server is tried again, and how long gfd waits before it does.
 
 This module owns the retry policy's numbers (:class:`RetryPolicy`), which statuses are
-worth retrying (every 5xx and :data:`RETRYABLE_CLIENT_STATUSES`), and the reading of a
-server's ``Retry-After``. :class:`gfd.kube_api.client.KubeClient` applies them; it is the
-only layer that retries (urllib3's own retries are off).
+worth retrying (every 5xx and :data:`RETRYABLE_CLIENT_STATUSES`), the reading of a
+server's ``Retry-After``, and how retries are told (:class:`RetryReporter`: a warning
+that names the server, the request, what failed and when the next try is, at most one
+every :data:`RETRY_WARNING_INTERVAL` seconds). :class:`gfd.kube_api.client.KubeClient`
+applies them; it is the only layer that retries (urllib3's own retries are off).
 """
 
 from __future__ import annotations
 
 import email.utils
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 #: 4xx statuses worth retrying (besides every 5xx): the server timed out reading the
 #: request, or throttled it. Any other 4xx means the request itself is wrong, denied
@@ -68,3 +72,68 @@ def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - now())
+
+
+#: The least time between two retry warnings of one client: an API server that is down
+#: is said at once and then every few seconds, never once per fast retry; the retries
+#: in between are logged at debug and counted in the next warning.
+RETRY_WARNING_INTERVAL = 5.0
+
+
+class RetryReporter:
+    """Tells each retry of a client's requests: at warning level, at most one every
+    ``interval`` seconds of ``clock`` (the first at once), else at debug.
+
+    A warning names the server, the request, what failed, the attempt, how long until the
+    next try, and how many retries went at debug since the last warning.
+    """
+
+    def __init__(
+        self,
+        log: Any,
+        *,
+        interval: float = RETRY_WARNING_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._log = log
+        self._interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_warning: float | None = None
+        self._quiet = 0
+
+    def retrying(
+        self,
+        server: str,
+        request: str,
+        problem: str,
+        *,
+        attempt: int,
+        wait: float,
+        status: int | None,
+    ) -> None:
+        """Attempt ``attempt`` of ``request`` to ``server`` failed with ``problem``; the
+        next is in ``wait`` seconds."""
+        now = self._clock()
+        with self._lock:
+            loud = self._last_warning is None or now - self._last_warning >= self._interval
+            quiet_since = self._quiet
+            if loud:
+                self._last_warning, self._quiet = now, 0
+            else:
+                self._quiet += 1
+        fields: dict[str, Any] = {
+            "server": server,
+            "request": request,
+            "problem": problem,
+            "attempt": attempt,
+            "retry_in_seconds": round(wait, 1),
+        }
+        if status is not None:
+            fields["status"] = status
+        if loud:
+            if quiet_since:
+                fields["retries_since_last_warning"] = quiet_since
+            self._log.warning("Kubernetes API request failed; retrying", **fields)
+        else:
+            self._log.debug("Kubernetes API request failed; retrying", **fields)

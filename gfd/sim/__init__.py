@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gfd.errors import GfdError
+from gfd.errors import ConfigError, GfdError
 from gfd.facts import (
     DERIVED_KEY,
     NodeFacts,
@@ -150,7 +150,8 @@ def profile_path(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
-    raise GfdError(
+    # A flag's value that names nothing: a usage error (exit 2), as a missing --config-file.
+    raise ConfigError(
         f"simulation profile {name_or_path!r} is neither a bundled profile "
         f"({', '.join(BUNDLED_PROFILES)}) nor an existing file"
     )

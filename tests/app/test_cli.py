@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 import os
 import signal
 import stat
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from gfd.cli import main
 from gfd.facts import dump_facts
 from gfd.sim import load_profile
 from tests.facts_readback import load_facts_text
@@ -109,7 +112,7 @@ def test_simulate_a_facts_file(tmp_path: Path) -> None:
         (["--simulate", "no-such-machine", "labels"], "no-such-machine"),
         (["--mig-strategy", "all"], "--mig-strategy: 'all' is not one of"),
         (["--sleep-interval", "soon"], "is not a duration"),
-        (["--frobnicate"], "unrecognized arguments"),
+        (["--frobnicate"], "unknown flag '--frobnicate'"),
         (["--health-checks", "gpu-lost,xids"], "--health-checks: 'xids' is not a health check"),
         (["--health-grace-period", "300"], "has no unit"),
     ],
@@ -308,3 +311,75 @@ def test_an_output_file_that_is_a_device_is_refused_and_kept(tmp_path: Path) -> 
         "another --output-file"
     )
     assert stat.S_ISCHR(null.lstat().st_mode)
+
+
+def run_in_process(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``gfd.cli.main`` in this process: status, stdout, stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv, env=env or {}, stdout=out)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_facts_dash_o_writes_the_capture_and_it_replays(tmp_path: Path) -> None:
+    capture = tmp_path / "node.yaml"
+    code, stdout, stderr = run_in_process(["--simulate", "pcie-l4x4", "facts", "-o", str(capture)])
+    assert (code, stdout, stderr) == (0, "", "")
+    assert load_facts_text(capture.read_text(), str(capture)) == load_profile("pcie-l4x4").facts
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["node.yaml"], "no temporary left"
+    assert stat.S_IMODE(capture.stat().st_mode) == 0o644
+    printed = run_in_process(["--simulate", str(capture), "labels"])
+    assert printed[0] == 0 and "nvidia.com/gpu.count=4" in printed[1]
+
+
+def test_a_failed_read_leaves_the_capture_file_as_it_was(tmp_path: Path) -> None:
+    """What ``gfd facts > node.yaml`` cannot do: the shell empties the file before gfd runs."""
+    capture = tmp_path / "node.yaml"
+    capture.write_text("the previous capture\n")
+    (tmp_path / "driver-root").mkdir()
+    code, stdout, stderr = run_in_process(
+        ["--driver-root-ctr-path", str(tmp_path / "driver-root"), "facts", "-o", str(capture)]
+    )
+    assert code == 1 and stdout == "" and "NVML_ERROR_LIBRARY_NOT_FOUND" in stderr
+    assert capture.read_text() == "the previous capture\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["driver-root", "node.yaml"]
+
+
+def test_a_capture_replaces_a_symlink_and_never_writes_through_it(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("not yours\n")
+    capture = tmp_path / "node.yaml"
+    capture.symlink_to(victim)
+    assert run_in_process(["--simulate", "t4-single", "facts", "-o", str(capture)])[0] == 0
+    assert victim.read_text() == "not yours\n"
+    assert not capture.is_symlink() and "Tesla T4" in capture.read_text()
+
+
+def test_a_capture_in_a_missing_folder_is_one_line(tmp_path: Path) -> None:
+    capture = tmp_path / "absent" / "node.yaml"
+    code, stdout, stderr = run_in_process(["--simulate", "t4-single", "facts", "-o", str(capture)])
+    assert (code, stdout) == (1, "")
+    assert stderr == (
+        f"gfd: error: facts file {capture}: cannot create a file in {capture.parent}: "
+        "No such file or directory\n"
+    )
+
+
+@pytest.mark.parametrize("where", ["environment", "config file"])
+def test_the_deployments_output_file_is_never_taken_for_a_capture(
+    where: str, tmp_path: Path
+) -> None:
+    """GFD_OUTPUT_FILE or outputFile name the feature file of the agent (a `kubectl exec
+    gfd facts` in its pod sees them): facts prints, and the feature file stays."""
+    feature_file = tmp_path / "gfd"
+    feature_file.write_text("nvidia.com/gpu.count=8\n")
+    argv, env = ["--simulate", "t4-single", "facts"], {}
+    if where == "environment":
+        env = {"GFD_OUTPUT_FILE": str(feature_file)}
+    else:
+        config = tmp_path / "gfd.yaml"
+        config.write_text(f"version: v1\nflags: {{gfd: {{outputFile: {feature_file}}}}}\n")
+        argv = ["--config-file", str(config), *argv]
+    code, stdout, _ = run_in_process(argv, env)
+    assert code == 0 and "Tesla T4" in stdout
+    assert feature_file.read_text() == "nvidia.com/gpu.count=8\n"

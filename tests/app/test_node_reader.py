@@ -1,11 +1,20 @@
-"""The node reader logs each absent optional NVML fact once per process, not per cycle."""
+"""The node reader: each absent optional NVML fact logged once per process, not per
+cycle; and a machine without NVML's library told how to run gfd anyway."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+from pathlib import Path
 from typing import Any
 
-from gfd.app.node_reader import NodeReader
+import pytest
+
+from gfd.app.exit_status import EXIT_FAILED
+from gfd.app.node_reader import NO_NVML_HINT, NodeReader
+from gfd.cli import main
+from gfd.errors import NvmlNotReady
 from gfd.sim import load_profile, simulate
 
 
@@ -39,3 +48,49 @@ def test_absent_facts_are_logged_once_per_cause() -> None:
         ("nvmlDeviceGetMigMode", "NVML_ERROR_NOT_SUPPORTED"),
     } <= set(absent)
     assert all(e["log_level"] == "debug" for e in logs if e["event"] == "NVML fact absent")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["--health-checks", "none"],
+        ["--oneshot", "-o", "-", "--health-checks", "none"],
+        ["labels"],
+        ["facts"],
+        ["topo"],
+    ],
+)
+def test_no_nvml_library_says_how_to_run_gfd_anyway(command: list[str], tmp_path: Path) -> None:
+    """A machine without the driver's library (here: a driver root holding none): one line
+    that names what to do on a GPU node and without one, from every subcommand."""
+    empty_root = tmp_path / "driver-root"
+    empty_root.mkdir()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(
+            ["--driver-root-ctr-path", str(empty_root), *command],
+            env={},
+            stdout=io.StringIO(),
+        )
+    (line,) = err.getvalue().splitlines()
+    assert code == EXIT_FAILED
+    assert line.startswith(
+        "gfd: error: NVML load failed: NVML_ERROR_LIBRARY_NOT_FOUND (code 12) "
+        f"(no loadable libnvidia-ml.so.1 under the driver root {empty_root} "
+    )
+    assert f"; {NO_NVML_HINT})" in line
+    assert "--simulate PROFILE" in NO_NVML_HINT and "--driver-root-ctr-path" in NO_NVML_HINT
+    assert "gfd --help" in NO_NVML_HINT
+
+
+def test_a_simulators_library_that_fails_to_load_gets_no_driver_hint(tmp_path: Path) -> None:
+    """The hint is about the driver's library; a simulator library is gfd's own."""
+    read = NodeReader(
+        sysfs_root=tmp_path,
+        machine_type_file=tmp_path / "absent",
+        library_path=tmp_path / "no-such-libnvmlsim.so",
+    )
+    with pytest.raises(NvmlNotReady) as failed:
+        read()
+    assert failed.value.name == "NVML_ERROR_LIBRARY_NOT_FOUND"
+    assert NO_NVML_HINT not in str(failed.value)

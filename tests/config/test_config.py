@@ -9,6 +9,7 @@ import pytest
 from gfd.cli import UsageError, parse_command_line
 from gfd.config import (
     DEFAULT_OUTPUT_FILE,
+    OPTIONS,
     ConfigError,
     Settings,
     SharedResource,
@@ -97,6 +98,27 @@ def test_flags_in_either_position_and_bool_forms() -> None:
 )
 def test_environment_variables(env: dict[str, str], attr: str, value: object) -> None:
     assert getattr(settings_for([], env), attr) == value
+
+
+@pytest.mark.parametrize("spelling", ["DEBUG", "Debug", "debug", " debug "])
+def test_the_log_level_is_read_in_any_case(tmp_path: Path, spelling: str) -> None:
+    assert settings_for(["--log-level", spelling]).log_level == "debug"
+    assert settings_for([], {"GFD_LOG_LEVEL": spelling}).log_level == "debug"
+    config = write(tmp_path, f"version: v1\nflags: {{gfd: {{logLevel: '{spelling}'}}}}\n")
+    assert settings_for(["--config-file", config]).log_level == "debug"
+
+
+def test_a_log_level_that_is_no_level_names_the_levels(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^--log-level: 'TRACE' is not one of debug, info, warning, error$"
+    ):
+        settings_for(["--log-level", "TRACE"])
+    config = write(tmp_path, "version: v1\nflags: {gfd: {logLevel: 10}}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"flags.gfd.logLevel: expected a log level \(debug, info, warning, error\), got 10$",
+    ):
+        settings_for(["--config-file", config])
 
 
 def test_gfd_prefixed_variable_wins_over_the_plain_one() -> None:
@@ -296,8 +318,85 @@ def test_flag_and_env_errors(argv: list[str], env: dict[str, str], message: str)
 
 
 def test_unknown_flag_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="unrecognized arguments: --colour"):
+    with pytest.raises(UsageError, match=r"^unknown flag '--colour' \(gfd --help lists them\)$"):
         parse_command_line(["--colour"])
+
+
+def _every_abbreviation() -> list[list[str]]:
+    """Each flag of every parser cut short by one or more characters, with its value."""
+    from gfd.cli import build_parser
+
+    parser = build_parser()
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    cases = []
+    for option in OPTIONS:
+        for end in range(3, len(option.flag)):
+            prefix = option.flag[:end]
+            if prefix not in flags:
+                value = [] if option.kind == "bool" else ["x"]
+                cases.append([prefix, *value])
+    cases.append(["facts", "--form", "json"])
+    cases.append(["topo", "--fo", "json"])
+    return cases
+
+
+@pytest.mark.parametrize("argv", _every_abbreviation(), ids=lambda argv: " ".join(argv))
+def test_no_flag_is_ever_abbreviated(argv: list[str]) -> None:
+    """As in Go's flag package: a prefix that matches one flag today could silently pick
+    another when a flag is added; so every prefix is an unknown flag, subcommands' too."""
+    given = next(word for word in argv if word.startswith("-"))
+    with pytest.raises(UsageError, match=f"^unknown flag '{given}' .*did you mean --"):
+        parse_command_line(argv)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--mig", "mixed"],
+            "unknown flag '--mig' (flags are never abbreviated: did you mean --mig-strategy?)",
+        ),
+        (
+            ["--oneshot", "yes"],
+            "--oneshot yes: a boolean flag takes its value after '=' (write --oneshot=yes, or --oneshot alone for true), as in NVIDIA's GFD; a separate word is read as a subcommand",
+        ),
+        (
+            ["labels", "--no-timestamp", "FALSE"],
+            "--no-timestamp FALSE: a boolean flag takes its value after '='",
+        ),
+        (
+            ["--oneshot", "soon"],
+            "unexpected word 'soon': gfd takes flags and at most one subcommand (run, labels, facts, topo)",
+        ),
+        (["labels", "topo"], "unexpected word 'topo': gfd takes flags and at most one subcommand"),
+        (["--", "labels"], "unexpected word '--'"),
+        (
+            ["--format", "json", "labels"],
+            "--format applies to facts and topo only (gfd facts --format json), not to labels",
+        ),
+        (
+            ["--format=json"],
+            "--format applies to facts and topo only (gfd facts --format json), not to run",
+        ),
+        (
+            ["--simulat", "t4-single"],
+            "unknown flag '--simulat' (flags are never abbreviated: did you mean --simulate?)",
+        ),
+        (["--slep-interval=5s"], "unknown flag '--slep-interval' (did you mean --sleep-interval?)"),
+    ],
+)
+def test_command_line_mistakes_say_what_was_meant(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        parse_command_line(argv)
+    assert str(refused.value).startswith(message)
+
+
+def test_a_boolean_flag_before_a_subcommand_or_a_flag_stays_a_bare_true() -> None:
+    namespace, explicit = parse_command_line(["--oneshot", "labels", "--no-timestamp", "-o", "-"])
+    assert namespace.command == "labels"
+    assert explicit["oneshot"] and explicit["no_timestamp"] and explicit["output_file"] == "-"
+    _, explicit = parse_command_line(["--oneshot=no", "--print-labels=Yes"])
+    assert (explicit["oneshot"], explicit["print_labels"]) == (False, True)
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,11 @@ def test_host_paths_are_sys_read_only_and_features_d_only_for_nfd(overlay: str) 
     assert tmp["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Mi"}
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+#: The overlays that run gfd periodically: a one-shot Job has no metrics endpoint to probe.
+PERIODIC_OVERLAYS = tuple(overlay for overlay in OVERLAYS if overlay != "oneshot-job")
+
+
+@pytest.mark.parametrize("overlay", PERIODIC_OVERLAYS)
 def test_probes_use_the_metrics_endpoints(overlay: str) -> None:
     obj = workload(render(overlay))
     container = pod_spec(obj)["containers"][0]
@@ -146,11 +150,8 @@ def test_token_is_mounted_only_with_a_kubernetes_sink(overlay: str) -> None:
     ],
 )
 def test_each_overlay_turns_on_exactly_its_sink(overlay: str, sink_args: set[str]) -> None:
-    common = {
-        "--sleep-interval=60s",
-        "--no-timestamp",
-        f"--metrics-address=:{DEFAULT_METRICS_PORT}",
-    }
+    periodic = {"--sleep-interval=60s", f"--metrics-address=:{DEFAULT_METRICS_PORT}"}
+    common = {"--no-timestamp"} | (periodic if overlay != "oneshot-job" else set())
     args = args_of(workload(render(overlay)))
     assert len(args) == len(set(args))
     assert set(args) == common | sink_args
@@ -165,6 +166,9 @@ def test_oneshot_job_is_pinned_and_finite() -> None:
     spec = pod_spec(job)
     assert spec["restartPolicy"] == "Never"
     assert spec["nodeName"]
+    # Nothing of the periodic agent's: no metrics port, no probes of it.
+    container = spec["containers"][0]
+    assert not {"ports", "livenessProbe", "readinessProbe"} & container.keys()
 
 
 def test_daemonset_rolls_out_gradually() -> None:

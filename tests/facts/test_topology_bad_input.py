@@ -1,7 +1,7 @@
 """Bad topology facts given to the CLIs: one stderr line naming the user's file, the
 field and the problem; the facts-error exit code; no traceback.
 
-``gfd --simulate FILE`` exits 1 for a facts error (``EXIT_FAILED``), ``python -m gfd.sim
+``gfd --simulate FILE`` exits 2 for a facts error (``EXIT_USAGE``), ``python -m gfd.sim
 FILE DIR`` 2. Both render a machine file into a temporary directory; the message must
 name the file the user gave, never that copy.
 """
@@ -62,7 +62,7 @@ def bad_file(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, str]
 def test_gfd_simulate_names_the_users_file(bad_file: tuple[Path, str], command: str) -> None:
     path, problem = bad_file
     done = run("-m", "gfd", "--simulate", str(path), command)
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert done.stderr.splitlines() == [f"gfd: error: {path}: {problem}"]
 

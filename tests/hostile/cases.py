@@ -120,7 +120,7 @@ def config(id: str, content: bytes | FileSpec, *, line: str, code: int = 2, **kw
     return Case(id, "config", args, code, line, files={"c.yaml": content}, **kw)
 
 
-def facts(id: str, content: bytes | FileSpec, *, line: str, code: int = 1, **kw: Any) -> Case:
+def facts(id: str, content: bytes | FileSpec, *, line: str, code: int = 2, **kw: Any) -> Case:
     return Case(
         id, "facts", ("--simulate", "{tmp}/f.yaml"), code, line, files={"f.yaml": content}, **kw
     )
@@ -223,27 +223,42 @@ FLAGS = [
     flag("log-level-unknown", "--log-level", "loud",
          line="gfd: error: --log-level: 'loud' is not one of debug, info, warning, error"),
     flag("metrics-no-port", "--metrics-address", "nonsense",
-         line="gfd: error: --metrics-address 'nonsense': port 'nonsense' is not a number"),
+         base="periodic", line="gfd: error: --metrics-address 'nonsense': port 'nonsense' is not a number"),
     flag("metrics-port-too-big", "--metrics-address", ":99999",
-         line="gfd: error: --metrics-address ':99999': port 99999 is outside 0-65535"),
+         base="periodic", line="gfd: error: --metrics-address ':99999': port 99999 is outside 0-65535"),
     flag("metrics-port-digits-galore", "--metrics-address", ":" + "9" * 5000,
-         line="gfd: error: --metrics-address ':" + "9" * 78 + "…: port '" + "9" * 79 + "… is outside 0-65535"),
+         base="periodic", line="gfd: error: --metrics-address ':" + "9" * 78 + "…: port '" + "9" * 79 + "… is outside 0-65535"),
     flag("metrics-port-fullwidth", "--metrics-address", ":８０７９",
-         line="gfd: error: --metrics-address ':８０７９': port '８０７９' is not a number"),
+         base="periodic", line="gfd: error: --metrics-address ':８０７９': port '８０７９' is not a number"),
     flag("metrics-port-underscore", "--metrics-address", ":80_79",
-         line="gfd: error: --metrics-address ':80_79': port '80_79' is not a number"),
+         base="periodic", line="gfd: error: --metrics-address ':80_79': port '80_79' is not a number"),
     flag("metrics-ipv6-unbracketed", "--metrics-address", "::1:8079",
-         line="gfd: error: --metrics-address '::1:8079': write an IPv6 host in brackets"),
+         base="periodic", line="gfd: error: --metrics-address '::1:8079': write an IPv6 host in brackets"),
     flag("metrics-huge", "--metrics-address", HUGE,
-         line="gfd: error: --metrics-address '" + "x" * 79 + "…: port '" + "x" * 79 + "… is not a number"),
+         base="periodic", line="gfd: error: --metrics-address '" + "x" * 79 + "…: port '" + "x" * 79 + "… is not a number"),
     flag("timestamp-annotation-alone", "--timestamp-annotation",
          line="gfd: error: --timestamp-annotation needs --patch-node"),
     flag("patch-node-without-name", "--patch-node",
          line="gfd: error: --patch-node and --use-node-feature-api need the node name"),
     flag("nodefeature-without-name", "--use-node-feature-api=true",
          line="gfd: error: --patch-node and --use-node-feature-api need the node name"),
-    flag("unknown-flag", "--colour=red", line="gfd: error: unrecognized arguments: --colour=red"),
-    flag("simulate-unknown-profile", "--simulate", "no-such-machine", code=1,
+    flag("unknown-flag", "--colour=red", line="gfd: error: unknown flag '--colour' (gfd --help lists them)"),
+    flag("abbreviated-flag", "--mig", "mixed",
+         line="gfd: error: unknown flag '--mig' (flags are never abbreviated: did you mean --mig-strategy?)"),
+    flag("metrics-with-oneshot", "--metrics-address", ":8079",
+         line="gfd: error: --metrics-address has no effect with --oneshot: the run ends before "
+              "anything could scrape it; drop it", process=True),
+    flag("machine-type-with-simulate", "--machine-type-file", "{tmp}/dmi",
+         line="gfd: error: --machine-type-file has no effect with --simulate: the simulated "
+              "machine's type is its profile's machine_type; drop it"),
+    flag("health-with-labels", "--health-label", base="labels",
+         line="gfd: error: --health-label has no effect on 'gfd labels', which prints the labels "
+              "and publishes nothing; drop it"),
+    flag("output-with-labels", "-o", "{tmp}/labels.txt", base="labels",
+         line="gfd: error: -o/--output-file has no effect on 'gfd labels'"),
+    flag("bool-separate-word", "--print-labels", "yes",
+         line="gfd: error: --print-labels yes: a boolean flag takes its value after '='", process=True),
+    flag("simulate-unknown-profile", "--simulate", "no-such-machine",
          line="gfd: error: simulation profile 'no-such-machine' is neither a bundled profile"),
     flag("config-missing", "--config-file", "{tmp}/absent.yaml",
          line="gfd: error: config file {tmp}/absent.yaml: cannot read: No such file or directory"),
@@ -416,7 +431,7 @@ CONFIG = [
 _T4 = b"driver_version: 550.54.15\ncuda_driver_version: 12040\n"
 
 FACTS = [
-    Case("dev-zero", "facts", ("--simulate", "/dev/zero"), 1,
+    Case("dev-zero", "facts", ("--simulate", "/dev/zero"), 2,
          "gfd: error: /dev/zero: is a character device, not a regular file", process=True),
     facts("fifo", Fifo(), line="gfd: error: {tmp}/f.yaml: is a FIFO, not a regular file"),
     facts("directory", Directory(), line="gfd: error: {tmp}/f.yaml: is a directory, not a regular file"),
@@ -443,7 +458,8 @@ FACTS = [
           line="gfd: error: {tmp}/f.yaml: gpus[0].bus_id: "),
     facts("faults-unknown-call", b"gpus: []\nfaults:\n  errors:\n  - {call: nvmlDeviceGetNmae, error: UNKNOWN}\n",
           line="gfd: error: {tmp}/f.yaml: "),
-    facts("empty", b"", line="gfd: error: {tmp}/f.yaml: "),
+    facts("empty", b"", line="gfd: error: {tmp}/f.yaml: empty file: not a facts capture; capture one with 'gfd facts -o FILE'"),
+    facts("only-comments", b"# captured by hand\n\n", line="gfd: error: {tmp}/f.yaml: empty file: not a facts capture"),
 ]  # fmt: skip
 
 _KC_OK = (

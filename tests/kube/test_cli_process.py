@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gfd.app.deadline import ONESHOT_GRACE_SECONDS
 from gfd.sinks.node import OWNERSHIP_ANNOTATION
 from tests.emulator import ApiServerEmulator, Fault
 from tests.kube.conftest import NODE
@@ -93,3 +96,56 @@ def test_sigterm_during_backoff_exits_promptly(
             agent.wait()
         assert agent.stderr is not None
         agent.stderr.close()
+
+
+def refused_kubeconfig(tmp_path: Path) -> tuple[Path, str]:
+    """A kubeconfig whose server is a port nothing listens on: connections are refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        server = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    return path, server
+
+
+def test_oneshot_against_a_refused_api_server_warns_then_gives_up_at_its_bound(
+    tmp_path: Path,
+) -> None:
+    """The issue's run, with a 3 s bound instead of the default 30 s: warnings that name
+    the server while it retries, then one line, exit 1, by the bound."""
+    kubeconfig, server = refused_kubeconfig(tmp_path)
+    started = time.monotonic()
+    done = subprocess.run(
+        gfd_command(kubeconfig, "--oneshot", "--oneshot-timeout", "3s", "--health-checks", "none"),
+        env=environment(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1, done.stderr[-2000:]
+    *logs, last = done.stderr.splitlines()
+    assert re.fullmatch(
+        rf"gfd: error: node: Kubernetes API GET /api/v1/nodes/{NODE}: no response: cannot "
+        rf"connect to {re.escape(server)}: Connection refused \(gave up after \d+ attempts in "
+        r"\d\.\d s: the one-shot run's bound, --oneshot-timeout 3s\)",
+        last,
+    ), last
+    records = [json.loads(line) for line in logs]  # every other line is a JSON log record
+    retries = [r for r in records if r["event"] == "Kubernetes API request failed; retrying"]
+    assert retries and all(r["level"] == "warning" for r in retries)
+    assert retries[0]["server"] == server
+    assert retries[0]["request"] == f"GET /api/v1/nodes/{NODE}"
+    assert retries[0]["problem"] == f"cannot connect to {server}: Connection refused"
+    assert retries[0]["retry_in_seconds"] > 0
+    # Said once: no error-level record repeats the failure the last line says.
+    assert not [r for r in records if r["level"] == "error"]
+    assert took < 3 + ONESHOT_GRACE_SECONDS + 10, "a bound of 3 s, and a process's start"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +22,9 @@ from gfd.kube_api import (
     connect_kubernetes,
     parse_retry_after,
 )
+from gfd.kube_api.client import MIN_REQUEST_TIMEOUT
+from gfd.kube_api.retry import RETRY_WARNING_INTERVAL, RetryReporter
+from gfd.logs import configure_logging
 from tests.emulator import ApiServerEmulator, Fault, Principal
 from tests.kube.conftest import FAST_RETRIES, NODE
 from tests.kube_fixtures import self_signed_certificate
@@ -169,8 +175,8 @@ def test_urllib3_never_retries_behind_tenacitys_back(
     emulator.inject(Fault(drop=True, method="GET"))
     with pytest.raises(
         KubeApiError,
-        match=r"GET /api/v1/nodes/gpu-node-1: no response: "
-        r"ProtocolError.*gave up after 1 attempt",
+        match=r"GET /api/v1/nodes/gpu-node-1: no response: http://127\.0\.0\.1:\d+ dropped "
+        r"the connection: .*\(gave up after 1 attempt in \d+\.\d s\)$",
     ):
         get_node(client)
     assert len(emulator.requests) == 1
@@ -212,3 +218,120 @@ def test_retry_policy_rejects_nonsense() -> None:
 def test_retry_after_header_forms(header: str | None, expected: float | None) -> None:
     now = 1796220000.0  # Wed, 02 Dec 2026 14:00:00 GMT
     assert parse_retry_after(header, now=lambda: now) == expected
+
+
+class RecordingLog:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, object]]] = []
+
+    def warning(self, event: str, **fields: object) -> None:
+        self.events.append(("warning", event, fields))
+
+    def debug(self, event: str, **fields: object) -> None:
+        self.events.append(("debug", event, fields))
+
+
+def test_retries_are_warnings_at_most_every_few_seconds_each_saying_what_and_when() -> None:
+    now = [100.0]
+    log = RecordingLog()
+    reporter = RetryReporter(log, clock=lambda: now[0])
+    server = "https://10.0.0.1:6443"
+    for step, wait in enumerate([0.4, 0.9, 1.8, 3.7, 7.1]):
+        reporter.retrying(
+            server, "GET /api/v1/nodes/n1", "cannot connect: Connection refused",
+            attempt=step + 1, wait=wait, status=None,
+        )  # fmt: skip
+        now[0] += wait
+    assert [level for level, _, _ in log.events] == [
+        "warning",
+        "debug",
+        "debug",
+        "debug",
+        "warning",
+    ]
+    first, *_, last = [fields for _, _, fields in log.events]
+    assert first == {
+        "server": "https://10.0.0.1:6443",
+        "request": "GET /api/v1/nodes/n1",
+        "problem": "cannot connect: Connection refused",
+        "attempt": 1,
+        "retry_in_seconds": 0.4,
+    }
+    # 0.4 + 0.9 + 1.8 + 3.7 = 6.8 s after the first: the next is loud, and counts the quiet.
+    assert (last["attempt"], last["retries_since_last_warning"], last["retry_in_seconds"]) == (
+        5,
+        3,
+        7.1,
+    )
+    assert RETRY_WARNING_INTERVAL <= 6.8
+    now[0] = 100.0 + 6.8 + 1.0  # one second after that warning: quiet again
+    reporter.retrying(server, "PATCH /api/v1/nodes/n1", "HTTP 503", attempt=1, wait=1.0, status=503)
+    assert log.events[-1][0] == "debug" and log.events[-1][2]["status"] == 503
+
+
+def refused_server() -> str:
+    """The URL of a port nothing listens on: connections to it are refused."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def kubeconfig_for(server: str, path: Path) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: k, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    return path
+
+
+def test_a_refused_connection_names_the_server_and_warns_while_it_retries(tmp_path: Path) -> None:
+    server = refused_server()
+    stream = io.StringIO()
+    configure_logging("info", stream=stream, json=True)
+    try:
+        client = connect_kubernetes(
+            kubeconfig=str(kubeconfig_for(server, tmp_path / "kc")),
+            retry_policy=RetryPolicy(initial_delay=0.05, max_delay=0.1, deadline=0.6),
+        )
+        with pytest.raises(KubeApiError) as failed:
+            get_node(client)
+        client.close()
+    finally:
+        configure_logging("info")
+    assert re.fullmatch(
+        rf"Kubernetes API GET /api/v1/nodes/{NODE}: no response: cannot connect to {server}: "
+        r"Connection refused \(gave up after \d+ attempts in 0\.\d s\)",
+        str(failed.value),
+    ), failed.value
+    warnings = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert warnings and {w["level"] for w in warnings} == {"warning"}
+    assert warnings[0]["server"] == server
+    assert warnings[0]["problem"] == f"cannot connect to {server}: Connection refused"
+
+
+def test_a_bound_cuts_retries_and_request_timeouts_short(
+    emulator: ApiServerEmulator, cluster: object, kubeconfig: Path
+) -> None:
+    """A one-shot run's bound (give_up_by): a server that answers after 3 s, each request
+    allowed 10 s and the operation 120 s, still gives up by the bound."""
+    client = connect_kubernetes(
+        kubeconfig=str(kubeconfig), request_timeout=10.0, retry_policy=RetryPolicy()
+    )
+    bound = client.clock() + 0.8
+    client.give_up_by(bound, "the test's bound")
+    assert client.deadline() == bound
+    emulator.inject(Fault(delay=3.0, method="GET", times=None))
+    started = time.monotonic()
+    with pytest.raises(
+        KubeApiError, match=r"gave up after 1 attempt in \d\.\d s: the test's bound\)$"
+    ):
+        get_node(client)
+    # The request's timeout was cut to what was left of the bound, never below
+    # MIN_REQUEST_TIMEOUT: not the 10 s it has otherwise, nor the server's 3 s.
+    assert time.monotonic() - started < 0.8 + MIN_REQUEST_TIMEOUT + 0.5
+    client.close()

@@ -17,6 +17,8 @@ from tests.reliability.agent_process import AgentProcess, expected_labels
 pytestmark = [pytest.mark.oracle("kube"), pytest.mark.slow]
 
 WAIT = 30.0
+#: What gfd logs for each retry of a request (a warning, or debug between two warnings).
+RETRYING = "Kubernetes API request failed; retrying"
 
 
 def wait_until(condition: Callable[[], bool], what: str, agent: AgentProcess) -> None:
@@ -60,10 +62,10 @@ def test_apiserver_restart_and_etcd_pause(
 
         control_plane.kill_apiserver()
         try:
-            retries_before = len(agent.matching("kube_retry_wait"))
+            retries_before = len(agent.matching(RETRYING))
             time.sleep(3)  # several cycles' worth of refused connections
             assert agent.process.poll() is None, agent.tail()
-            assert len(agent.matching("kube_retry_wait")) > retries_before, agent.tail()
+            assert len(agent.matching(RETRYING)) > retries_before, agent.tail()
         finally:
             control_plane.start_apiserver()  # the rest of the session needs it
         assert labelled(), "labels lost across the API server's restart"

@@ -311,16 +311,16 @@ _PROCESS_CASES: dict[str, tuple[bytes, str, int]] = {
     "config-not-yaml": (b"version: v1\nflags: [unclosed\n", "config", 2),
     "config-wrong-type": (b"version: v1\nflags:\n  gfd:\n    sleepInterval: [1, 2]\n", "config", 2),
     "config-unknown-key": (b"version: v1\nflags:\n  gfd:\n    slepInterval: 10s\n", "config", 2),
-    "facts-a-list": (b"- 1\n- 2\n", "facts", 1),
+    "facts-a-list": (b"- 1\n- 2\n", "facts", 2),
     "facts-bad-bus-id": (
         b"gpus:\n- index: 0\n  name: X\n  uuid: GPU-1\n  bus_id: 'zz:00'\n",
         "facts",
-        1,
+        2,
     ),
     "facts-bad-fault": (
         b"gpus: []\nfaults:\n  errors:\n  - call: nvmlDeviceGetNmae\n    error: UNKNOWN\n",
         "facts",
-        1,
+        2,
     ),
 }
 
