@@ -23,7 +23,7 @@
  *                   lost and vanished GPUs, links cut); nvmlInit*, nvmlShutdown,
  *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
  *   sim_device.c    enumeration and identity: nvmlDeviceGetCount*, GetHandleBy*,
- *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetPciInfo*,
+ *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetSerial, GetPciInfo*,
  *                   GetArchitecture, GetBrand
  *   sim_memory.c    GetMemoryInfo*, GetCudaComputeCapability, GetComputeMode,
  *                   GetDisplayMode, GetNumaNodeId, GetCpuAffinity
@@ -154,6 +154,8 @@ typedef struct {
     int has_name;
     char uuid[TEXT_MAX];
     int has_uuid;
+    char serial[NVML_DEVICE_SERIAL_BUFFER_SIZE];
+    int has_serial; /* 0: nvmlDeviceGetSerial answers NOT_SUPPORTED (no inforom) */
     char bus_id[BUS_ID_MAX];
     unsigned domain, bus, device, function;
     int has_pci_device_id;

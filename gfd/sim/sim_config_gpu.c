@@ -300,6 +300,10 @@ int sim_parse_gpu_record(sim_parse_ctx *ctx, sim_gpu *gpu, const char *key, char
         gpu->has_uuid = 1;
         return sim_copy_text(ctx, key, value, gpu->uuid, sizeof gpu->uuid);
     }
+    if (strcmp(key, "serial") == 0) {
+        gpu->has_serial = 1;
+        return sim_copy_text(ctx, key, value, gpu->serial, sizeof gpu->serial);
+    }
     if (strcmp(key, "bus_id") == 0) {
         if (sim_copy_text(ctx, key, value, gpu->bus_id, sizeof gpu->bus_id) != 0) {
             return -1;
