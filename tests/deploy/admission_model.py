@@ -40,6 +40,7 @@ GFD_ANNOTATIONS = frozenset(
         "nvidia.com/gfd.labels",
         "nvidia.com/gfd.taints",
         "nvidia.com/gfd.timestamp",
+        "nvidia.com/gpu.devices",
         "nvidia.com/gpu.topology",
     }
 )
@@ -212,7 +213,8 @@ NODE_LABELS = "gfd may add, change or remove only node labels under nvidia.com/"
 NODE_OPERATOR = "gfd may not add, change or remove the GPU Operator's control labels"
 NODE_ANNOTATIONS = (
     "gfd may add, change or remove only its own node annotations (nvidia.com/gfd.labels, "
-    "nvidia.com/gfd.taints, nvidia.com/gfd.timestamp, nvidia.com/gpu.topology)"
+    "nvidia.com/gfd.taints, nvidia.com/gfd.timestamp, nvidia.com/gpu.devices, "
+    "nvidia.com/gpu.topology)"
 )
 NODE_FOREIGN_TAINTS = (
     "gfd may add, change or remove only its own taint nvidia.com/gpu.health; "
