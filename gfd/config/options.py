@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.config.values import parse_bool, parse_checks, parse_duration, parse_xids
+from gfd.config.values import (
+    HEALTH_CHECKS,
+    parse_bool,
+    parse_checks,
+    parse_duration,
+    parse_xids,
+)
 from gfd.errors import ConfigError, echo
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -175,8 +181,8 @@ OPTIONS: tuple[Option, ...] = (
         ("GFD_HEALTH_CHECKS",),
         ("flags", "gfd", "healthChecks"),
         "checks",
-        "GPU health checks to run each cycle: a comma-separated list of gpu-lost, "
-        "device-plugin, nvlink, xid, memory (none: no checks)",
+        f"GPU health checks to run each cycle: a comma-separated list of "
+        f"{', '.join(HEALTH_CHECKS)} (none: no checks)",
         metavar="LIST",
     ),
     Option(

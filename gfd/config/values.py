@@ -122,12 +122,20 @@ def parse_duration(value: Any, where: str, *, from_text: bool = True) -> float |
 
 GPU_LOST_CHECK = "gpu-lost"
 DEVICE_PLUGIN_CHECK = "device-plugin"
+FABRIC_CHECK = "fabric"
 NVLINK_CHECK = "nvlink"
 XID_CHECK = "xid"
 MEMORY_CHECK = "memory"
 #: Every health check, in the order their problems are reported (the registry's order,
 #: :data:`gfd.health.registry.REGISTRY`).
-HEALTH_CHECKS = (GPU_LOST_CHECK, DEVICE_PLUGIN_CHECK, NVLINK_CHECK, XID_CHECK, MEMORY_CHECK)
+HEALTH_CHECKS = (
+    GPU_LOST_CHECK,
+    DEVICE_PLUGIN_CHECK,
+    FABRIC_CHECK,
+    NVLINK_CHECK,
+    XID_CHECK,
+    MEMORY_CHECK,
+)
 
 #: The Xids NVIDIA's device plugin (v0.20.0) treats as an application's fault, not the
 #: GPU's: 13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped

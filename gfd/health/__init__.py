@@ -27,6 +27,7 @@ The names below are those the rest of gfd and its tools import from ``gfd.health
 from __future__ import annotations
 
 from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
+from gfd.config.values import FABRIC_CHECK as FABRIC
 from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
 from gfd.config.values import MEMORY_CHECK as MEMORY
 from gfd.config.values import NVLINK_CHECK as NVLINK
@@ -80,6 +81,7 @@ __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "DEVICE_PLUGIN",
     "EVENT_NAMESPACE",
+    "FABRIC",
     "FAILING",
     "GPU_LOST",
     "HEALTH_LABEL",

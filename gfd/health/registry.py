@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from gfd.health.check import CheckFactory
 from gfd.health.checks.device_plugin import DevicePluginCheck
+from gfd.health.checks.fabric import FabricCheck
 from gfd.health.checks.gpu_lost import GpuLostCheck
 from gfd.health.checks.memory import MemoryCheck
 from gfd.health.checks.nvlink import NvLinkCheck
@@ -23,6 +24,7 @@ from gfd.health.checks.xid import XidCheck
 CHECK_CLASSES: tuple[CheckFactory, ...] = (
     GpuLostCheck,
     DevicePluginCheck,
+    FabricCheck,
     NvLinkCheck,
     XidCheck,
     MemoryCheck,

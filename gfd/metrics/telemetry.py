@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import ERROR_KINDS, ConfigError
 from gfd.metrics.probes import (
     DEFAULT_CYCLE_DEADLINE,
@@ -144,8 +145,8 @@ class AgentTelemetry:
         )
         self._health_failing = prometheus_client.Gauge(
             "gfd_health_check_failing",
-            "1 while a GPU health check reports a problem (gpu-lost, device-plugin, "
-            "nvlink, xid, memory), else 0; only the checks that run have a series.",
+            f"1 while a GPU health check reports a problem ({', '.join(HEALTH_CHECKS)}), "
+            "else 0; only the checks that run have a series.",
             ["check"],
             registry=registry,
         )

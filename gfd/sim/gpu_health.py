@@ -70,6 +70,11 @@ class GpuValue(StrEnum):
     RETIRED_PAGES_DOUBLE_BIT = "retired_pages_double_bit"
     RETIRED_PAGES_PENDING = "retired_pages_pending"
     EVENT_TYPES = "event_types"
+    #: The fabric's state, status and health mask: served by the GPU's fabric record, and
+    #: changed only by faults (``gfd.sim.faults.fabric``).
+    FABRIC_STATE = "fabric_state"
+    FABRIC_STATUS = "fabric_status"
+    FABRIC_HEALTH_MASK = "fabric_health_mask"
 
 
 #: The largest value of a 32-bit count (remapped rows, retired pages).

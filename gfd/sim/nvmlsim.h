@@ -145,6 +145,9 @@ typedef enum {
     SIM_VALUE_RETIRED_DOUBLE_BIT,      /* pages retired for a double-bit error */
     SIM_VALUE_RETIRED_PENDING,         /* nvmlEnableState_t */
     SIM_VALUE_EVENT_TYPES,             /* nvmlDeviceGetSupportedEventTypes mask */
+    SIM_VALUE_FABRIC_STATE,            /* nvmlGpuFabricState_t; set by the fabric record */
+    SIM_VALUE_FABRIC_STATUS,           /* nvmlReturn_t of the registration */
+    SIM_VALUE_FABRIC_HEALTH,           /* healthMask; unset: a fabric record without one */
     SIM_VALUE_COUNT
 } sim_value_id;
 
@@ -188,10 +191,7 @@ typedef struct {
     int has_fabric;
     unsigned char fabric_uuid[NVML_GPU_FABRIC_UUID_LEN];
     unsigned fabric_clique;
-    unsigned fabric_state;
-    int fabric_status;
-    int has_fabric_health;
-    unsigned fabric_health;
+    /* The state, status and health mask are the values SIM_VALUE_FABRIC_*: faults change them. */
     unsigned long long values[SIM_VALUE_COUNT];
     unsigned char has_value[SIM_VALUE_COUNT]; /* 0: NOT_SUPPORTED (until a fault_set) */
     /* runtime state */

@@ -29,7 +29,13 @@
 /* ------------------------------------------------------------------------- */
 /* Per-GPU values */
 
-typedef enum { VALUE_FLAG, VALUE_COUNT32, VALUE_COUNT64, VALUE_EVENT_MASK } value_kind;
+typedef enum {
+    VALUE_FLAG,
+    VALUE_BYTE,
+    VALUE_COUNT32,
+    VALUE_COUNT64,
+    VALUE_EVENT_MASK
+} value_kind;
 
 static const struct {
     const char *name;
@@ -49,11 +55,15 @@ static const struct {
     [SIM_VALUE_RETIRED_DOUBLE_BIT] = {"retired_pages_double_bit", VALUE_COUNT32},
     [SIM_VALUE_RETIRED_PENDING] = {"retired_pages_pending", VALUE_FLAG},
     [SIM_VALUE_EVENT_TYPES] = {"event_types", VALUE_EVENT_MASK},
+    [SIM_VALUE_FABRIC_STATE] = {"fabric_state", VALUE_BYTE},
+    [SIM_VALUE_FABRIC_STATUS] = {"fabric_status", VALUE_COUNT32},
+    [SIM_VALUE_FABRIC_HEALTH] = {"fabric_health_mask", VALUE_COUNT32},
 };
 
 static unsigned long long value_max(sim_value_id id) {
     switch (value_table[id].kind) {
     case VALUE_FLAG: return 1;
+    case VALUE_BYTE: return UCHAR_MAX;
     case VALUE_COUNT32: return UINT_MAX;
     case VALUE_EVENT_MASK: return (unsigned long long)nvmlEventTypeAll;
     case VALUE_COUNT64: break;

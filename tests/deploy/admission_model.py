@@ -88,6 +88,8 @@ HEALTH_REASONS = frozenset(
         "GPULost",
         "DevicePluginMissing",
         "AllocatableMismatch",
+        "FabricNotReady",
+        "FabricDegraded",
         "NVLinkDegraded",
         "XidError",
         "GPUMemoryFailure",
@@ -249,9 +251,10 @@ HEALTH_FOREIGN_CONDITIONS = (
     "every other condition must stay as it is"
 )
 HEALTH_CONDITION_SHAPE = (
-    "gfd's GPUHealthy condition must be one entry with status True or False and one of "
-    "gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, AllocatableMismatch, "
-    "NVLinkDegraded, XidError, GPUMemoryFailure, GPUResetRequired, UncorrectableECC)"
+    "gfd's GPUHealthy condition must be one entry with status True or False and one "
+    "of gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, "
+    "AllocatableMismatch, FabricNotReady, FabricDegraded, NVLinkDegraded, XidError, "
+    "GPUMemoryFailure, GPUResetRequired, UncorrectableECC)"
 )
 HEALTH_STATUS_FIELDS = (
     "gfd may change only the GPUHealthy condition of a node's status, no other status field"

@@ -30,6 +30,8 @@ def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:
         "GPULost",
         "DevicePluginMissing",
         "AllocatableMismatch",
+        "FabricNotReady",
+        "FabricDegraded",
         "NVLinkDegraded",
         "XidError",
         "GPUMemoryFailure",

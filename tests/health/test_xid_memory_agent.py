@@ -201,7 +201,7 @@ def test_an_xid_79_on_gpu_3_turns_the_condition_within_one_cycle_and_clears_by_t
         healthy = node.condition()
         assert (healthy["status"], healthy["reason"]) == ("True", "GPUsHealthy")
         assert healthy["message"] == (
-            "every GPU health check passes (gpu-lost, device-plugin, nvlink, xid, memory)"
+            "every GPU health check passes (gpu-lost, device-plugin, fabric, nvlink, xid, memory)"
         )
         # Steady and healthy, with every check on: no write, one read of the Node.
         emulator.clear_log()
@@ -311,7 +311,7 @@ def test_gpus_without_ecc_leave_the_memory_check_unable_to_decide(
         condition = node.condition()
         assert (condition["status"], condition["reason"]) == ("True", "GPUsHealthy")
         assert condition["message"] == (
-            "every GPU health check passes (gpu-lost, device-plugin, nvlink, xid); "
+            "every GPU health check passes (gpu-lost, device-plugin, fabric, nvlink, xid); "
             "cannot decide: memory"
         )
         assert node.gauge("gfd_health_check_cannot_decide", "memory") == 1

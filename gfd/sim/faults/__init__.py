@@ -28,6 +28,7 @@ from gfd.sim.faults.delays import DELAYS, CallDelay
 from gfd.sim.faults.driver_not_loaded_inits import DRIVER_NOT_LOADED_INITS
 from gfd.sim.faults.ecc_rising import ECC_RISING, EccRising
 from gfd.sim.faults.errors import ERRORS, CallError
+from gfd.sim.faults.fabric import FABRIC, FabricChange
 from gfd.sim.faults.gpu_lost import GPU_LOST, GpuLost
 from gfd.sim.faults.gpu_vanished import GPU_VANISHED, GpuVanished
 from gfd.sim.faults.kind import KIND_METADATA, FaultKind, registered
@@ -47,6 +48,7 @@ __all__ = [
     "CallError",
     "CriticalXid",
     "EccRising",
+    "FabricChange",
     "Faults",
     "GpuLost",
     "GpuVanished",
@@ -77,6 +79,7 @@ class Faults:
     xid: tuple[CriticalXid, ...] = registered(XID)
     remapped_rows: tuple[RowRemapping, ...] = registered(REMAPPED_ROWS)
     ecc_rising: tuple[EccRising, ...] = registered(ECC_RISING)
+    fabric: tuple[FabricChange, ...] = registered(FABRIC)
 
 
 NO_FAULTS = Faults()
