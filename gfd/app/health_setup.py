@@ -83,6 +83,7 @@ class HealthSetup:
                 ignored_xids=frozenset(settings.health_ignored_xids),
                 fatal_xids=frozenset(settings.health_fatal_xids),
                 hold=settings.health_event_hold,
+                thresholds=settings.health_xid_threshold,
             ),
         )
         read_node = writer = None

@@ -70,6 +70,7 @@ _CONFIG_TREE: dict[str, Any] = {
             "healthIgnoredXids": None,
             "healthFatalXids": None,
             "healthEventHold": None,
+            "healthXidThreshold": None,
         },
         # Device-plugin flags that share the reference's config file; accepted and ignored.
         "plugin": "*",

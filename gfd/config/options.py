@@ -16,6 +16,7 @@ from gfd.config.values import (
     parse_bool,
     parse_checks,
     parse_duration,
+    parse_xid_thresholds,
     parse_xids,
 )
 from gfd.errors import ConfigError, echo
@@ -39,7 +40,8 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice | checks | count | xids
+    # bool | str | duration | optional-duration | choice | checks | count | xids | xid-thresholds
+    kind: str
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -270,6 +272,17 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DURATION",
     ),
     Option(
+        "health_xid_threshold",
+        "--health-xid-threshold",
+        ("GFD_HEALTH_XID_THRESHOLD",),
+        ("flags", "gfd", "healthXidThreshold"),
+        "xid-thresholds",
+        "Xid storms: XIDS:COUNT/WINDOW rules, ';'-separated (13,31,43:10/5m: 10 of these "
+        "ignored Xids on a GPU within 5 minutes make it unhealthy as XidStorm, held as a fatal "
+        "Xid; XIDS 'ignored': every ignored Xid; default none)",
+        metavar="RULES",
+    ),
+    Option(
         "kubeconfig",
         "--kubeconfig",
         ("KUBECONFIG",),
@@ -354,6 +367,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         return _count(raw, where, from_text=from_text)
     if option.kind == "xids":
         return parse_xids(raw, where)
+    if option.kind == "xid-thresholds":
+        return parse_xid_thresholds(raw, where)
     if option.kind == "checks" and isinstance(raw, list):
         if not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")

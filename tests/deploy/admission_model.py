@@ -92,6 +92,7 @@ HEALTH_REASONS = frozenset(
         "FabricDegraded",
         "NVLinkDegraded",
         "XidError",
+        "XidStorm",
         "GPUMemoryFailure",
         "GPUResetRequired",
         "UncorrectableECC",
@@ -254,7 +255,7 @@ HEALTH_CONDITION_SHAPE = (
     "gfd's GPUHealthy condition must be one entry with status True or False and one "
     "of gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, "
     "AllocatableMismatch, FabricNotReady, FabricDegraded, NVLinkDegraded, XidError, "
-    "GPUMemoryFailure, GPUResetRequired, UncorrectableECC)"
+    "XidStorm, GPUMemoryFailure, GPUResetRequired, UncorrectableECC)"
 )
 HEALTH_STATUS_FIELDS = (
     "gfd may change only the GPUHealthy condition of a node's status, no other status field"

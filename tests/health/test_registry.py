@@ -34,6 +34,7 @@ def test_each_reason_belongs_to_one_check_and_none_is_the_healthy_one() -> None:
         "FabricDegraded",
         "NVLinkDegraded",
         "XidError",
+        "XidStorm",
         "GPUMemoryFailure",
         "GPUResetRequired",
         "UncorrectableECC",

@@ -37,6 +37,7 @@ from gfd.sim.faults.parsing import MAX_AFTER_CALLS, FaultMachine, kind_of
 from gfd.sim.faults.primitives import MAX_DELAY_SECONDS, Primitive, check_primitives
 from gfd.sim.faults.remapped_rows import REMAPPED_ROWS, RowRemapping
 from gfd.sim.faults.xid import XID, CriticalXid
+from gfd.sim.faults.xid_storm import XID_STORM, XidStorm
 
 __all__ = [
     "EXPORTED_CALLS",
@@ -54,6 +55,7 @@ __all__ = [
     "GpuVanished",
     "NvLinkDown",
     "RowRemapping",
+    "XidStorm",
     "check_faults",
     "fault_records",
     "faults_to_dict",
@@ -80,6 +82,7 @@ class Faults:
     remapped_rows: tuple[RowRemapping, ...] = registered(REMAPPED_ROWS)
     ecc_rising: tuple[EccRising, ...] = registered(ECC_RISING)
     fabric: tuple[FabricChange, ...] = registered(FABRIC)
+    xid_storm: tuple[XidStorm, ...] = registered(XID_STORM)
 
 
 NO_FAULTS = Faults()
