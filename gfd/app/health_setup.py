@@ -5,13 +5,18 @@ read the Node need the node sink (and the device-plugin check reads the DRA driv
 ResourceSlices through its client), and the ``GPUHealthy`` condition and the health taint
 are written through the node sink's client. The ``xid`` check's events come from one
 :class:`~gfd.nvml.xid_events.XidWatcher` per run, made when a periodic run enables the
-check (a one-shot run ends before any Xid could arrive) and started by the check's first
-drain, kept across reloads that keep the check, and closed by a reload that drops it and
-when the run ends.
+check (a one-shot run ends before any Xid could arrive), kept across reloads that keep the
+check, and closed by a reload that drops it and when the run ends. It starts when the
+reader's NVML session starts (:meth:`gfd.app.node_reader.NodeReader.when_nvml_starts`):
+after the reader's nvmlInit succeeded, so that the reader's failure to start is the one
+the run acts on (``--fail-on-init-error``), and before the read asks any GPU, so that an
+Xid during the first read reaches it. One that could not start then tries again at the
+check's next drain after a read that worked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from functools import partial
 from pathlib import Path
@@ -21,6 +26,7 @@ from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
 from gfd.config.values import XID_CHECK
+from gfd.errors import GfdError
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter
@@ -40,6 +46,8 @@ class HealthSetup:
         self._stop = stop
         self._last: HealthReporter | None = None
         self._xid_watcher: XidWatcher | None = None
+        #: The readers whose NVML sessions start the watcher (one per configuration's reader).
+        self._starting_with: list[NodeReader] = []
 
     def reporter(
         self, settings: Settings, built: SinkSet, read: NodeReader, log: Any, telemetry: Any
@@ -139,14 +147,24 @@ class HealthSetup:
         if watcher is None:
             from gfd.nvml.xid_events import XidWatcher
 
-            # Not started here: the check's first drain starts it, after the first cycle's
-            # read, so that NVML is first asked by the reader (whose failure to start is
-            # the one the run acts on), and a watcher that cannot start tries again at
-            # each drain while the check says why it cannot decide.
+            # Not started here: the reader's next NVML session starts it (see the module).
             watcher = self._xid_watcher = XidWatcher(library_path=partial(_nvml_library, read))
+        if not any(reader is read for reader in self._starting_with):
+            self._starting_with.append(read)
+            read.when_nvml_starts(self._start_watcher)
         # The metrics may have been switched on or off by this reload.
         watcher.on_event = telemetry.xid_error if telemetry is not None else None
         return watcher
+
+    def _start_watcher(self) -> None:
+        """The reader's NVML session started (its library lock held): start the watcher
+        of the running configuration, if it has one and it is not running."""
+        watcher = self._xid_watcher
+        if watcher is None or watcher.running:
+            return
+        # Why it failed is kept in start_error, which the xid check reports; the read goes on.
+        with contextlib.suppress(GfdError):
+            watcher.start_holding_lock()
 
 
 def _nvml_library(read: NodeReader) -> Path | None:

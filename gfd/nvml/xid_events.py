@@ -174,11 +174,17 @@ class XidWatcher:
         Raises :class:`gfd.errors.NvmlError` (kept in :attr:`start_error` too) when NVML
         cannot start or no event set can be made; nothing is left held then.
         """
+        with library_lock:
+            self.start_holding_lock()
+
+    def start_holding_lock(self) -> None:
+        """:meth:`start`, for a caller that holds :data:`~gfd.nvml.library.library_lock`:
+        the reader, right after its session's nvmlInit, so that the GPUs are registered
+        before its read asks them anything."""
         if self._thread is not None or self._closed:
             return
         try:
-            with library_lock:
-                self._start_locked()
+            self._start_locked()
         except GfdError as exc:
             self.start_error = str(exc)
             raise

@@ -30,6 +30,7 @@ from gfd.app.health_setup import HealthSetup
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
+from gfd.errors import NvmlGpuLost
 from gfd.health import CONDITION_TYPE, EventRules, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, ConditionWriter, NodeConditionWriter, node_reader
 from gfd.health.taint import TAINT_KEY, HealthOutputs, NodeTaintWriter
@@ -50,7 +51,7 @@ from gfd.sim import (
     simulate,
     with_default_memory_health,
 )
-from gfd.sim.faults import NO_FAULTS, CriticalXid, EccRising, Faults, RowRemapping
+from gfd.sim.faults import NO_FAULTS, CriticalXid, EccRising, Faults, GpuLost, RowRemapping
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
 from tests.health.doubles import Clock
@@ -371,6 +372,89 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
         finally:
             setup.close()
     assert log.lines == []
+
+
+def first_cycle_calls_on(gpu: int) -> int:
+    """Calls the first cycle of the agent makes on ``gpu`` of :data:`PROFILE` (the watcher's
+    registration and the reader's first read), counted by a fault that is never due: a
+    GPU lost after N calls answers ``GPU_IS_LOST`` from call N+1 on, so the first N that
+    lets the cycle pass is the count."""
+    low, high = 1, 256
+    while low < high:
+        middle = (low + high) // 2
+        lost = Faults(gpu_lost=(GpuLost(gpu=gpu, after_calls=middle),))
+        with simulate(profile(faults=lost)) as machine:
+            read = NodeReader(
+                sysfs_root=machine.sysfs_root,
+                machine_type_file=machine.machine_type_file,
+                library_path=machine.library_path,
+            )
+            setup = HealthSetup(threading.Event())
+            try:
+                setup.reporter(Settings(), SinkSet(sinks=[]), read, Log(), None)
+                try:
+                    read()
+                    passed = True
+                except NvmlGpuLost:
+                    passed = False
+            finally:
+                setup.close()
+                read.close()
+        low, high = (low, middle) if passed else (middle + 1, high)
+    return low
+
+
+@pytest.mark.parametrize("due_after", [60, 120])
+def test_an_xid_due_during_the_first_cycles_read_is_reported(due_after: int) -> None:
+    """The issue's case: an Xid 79 on GPU 3 at its 60th call came during the first cycle's
+    read, before the watcher (then started after that read) had registered, and was never
+    reported; at its 120th call (a later read) it was. The watcher now registers as the
+    reader's NVML session starts, before the read asks any GPU: both are reported."""
+    calls = first_cycle_calls_on(3)
+    assert 60 <= calls < 120, f"the first cycle makes {calls} calls on GPU 3"
+    xid_79 = Faults(xid=(CriticalXid(gpu=3, xid=79, after_calls=due_after),))
+    with simulate(profile(faults=xid_79)) as machine:
+        read = NodeReader(
+            sysfs_root=machine.sysfs_root,
+            machine_type_file=machine.machine_type_file,
+            library_path=machine.library_path,
+        )
+        setup = HealthSetup(threading.Event())
+        telemetry = AgentTelemetry(sleep_interval=60)
+        try:
+            reporter = setup.reporter(
+                Settings(health_label=True), SinkSet(sinks=[]), read, Log(), telemetry
+            )
+            agent = Agent(
+                read_facts=read,
+                sinks=[],
+                options=LabelOptions(),
+                log=get_logger(),
+                telemetry=telemetry,
+                health=reporter,
+            )
+
+            def received() -> bool:
+                count = telemetry.registry.get_sample_value(
+                    "gfd_gpu_xid_errors_total", {"gpu": "3", "xid": "79"}
+                )
+                return count == 1
+
+            cycles = 0
+            while not received():
+                assert cycles < 10, "the Xid never arrived"
+                assert agent.cycle().ok
+                cycles += 1
+                if due_after < calls:
+                    # Due during the first read: received after it, with no call since.
+                    until(received)
+            if due_after < calls:
+                assert cycles == 1
+            outcome = agent.cycle()
+            assert outcome.labels["nvidia.com/gpu.health"] == "XidError"
+        finally:
+            setup.close()
+            read.close()
 
 
 @pytest.mark.slow
