@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any, cast
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
+from gfd.config.options import DEFAULT_KERNEL_LOG
 from gfd.config.values import XID_CHECK
 from gfd.errors import GfdError
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter
-    from gfd.nvml.xid_events import XidWatcher
+    from gfd.nvml.xid_events import XidSource, XidWatcher
+    from gfd.nvml.xid_feed import XidFeed
     from gfd.sinks.node import NodeSink
 
 
@@ -46,6 +48,8 @@ class HealthSetup:
         self._stop = stop
         self._last: HealthReporter | None = None
         self._xid_watcher: XidWatcher | None = None
+        #: The watcher joined with the kernel log, where the log is read.
+        self._xid_feed: XidFeed | None = None
         #: The readers whose NVML sessions start the watcher (one per configuration's reader).
         self._starting_with: list[NodeReader] = []
 
@@ -87,7 +91,7 @@ class HealthSetup:
             resource_slices=slices,
             resource_slice_interval=settings.health_resource_slice_interval,
             events=EventRules(
-                xid_events=self._xid_events(settings, checks, read, telemetry),
+                xid_events=self._xid_events(settings, checks, read, log, telemetry),
                 ignored_xids=frozenset(settings.health_ignored_xids),
                 fatal_xids=frozenset(settings.health_fatal_xids),
                 hold=settings.health_event_hold,
@@ -126,23 +130,61 @@ class HealthSetup:
         return self._last
 
     def close(self) -> None:
-        """Stop the Xid watcher, if one runs (within its wait length, half a second)."""
+        """Stop the Xid watcher, if one runs (within its wait length, half a second), and
+        close the kernel log."""
         watcher, self._xid_watcher = self._xid_watcher, None
         if watcher is not None:
             watcher.close()
+        self._close_kernel_log()
+
+    def _close_kernel_log(self) -> None:
+        feed, self._xid_feed = self._xid_feed, None
+        if feed is not None:
+            feed.close()
 
     def _xid_events(
         self,
         settings: Settings,
         checks: tuple[str, ...],
         read: NodeReader,
+        log: Any,
         telemetry: Any,
-    ) -> XidWatcher | None:
-        """The run's Xid watcher (made once, kept across reloads); None where the xid check
-        does not run or the run is one-shot (the check then says it cannot decide)."""
-        if XID_CHECK not in checks or settings.oneshot:
+    ) -> XidSource | None:
+        """The run's Xids: the watcher (made once, kept across reloads) joined with the
+        kernel log where it is read (:class:`~gfd.nvml.xid_feed.XidFeed`); None where the
+        xid check does not run, or in a one-shot run without a kernel log (the check then
+        says it cannot decide)."""
+        if XID_CHECK not in checks:
             self.close()
             return None
+        on_event = telemetry.xid_error if telemetry is not None else None
+        watcher = None if settings.oneshot else self._watcher(read, on_event)
+        if watcher is None:
+            self._close_watcher()
+        path = kernel_log_path(settings)
+        if path is None:
+            self._close_kernel_log()
+            return watcher
+        feed = self._xid_feed
+        if feed is None or feed.kernel.path != Path(path):
+            from gfd.nvml.kernel_xids import KernelLog
+            from gfd.nvml.xid_feed import XidFeed
+
+            self._close_kernel_log()
+            kernel = KernelLog(path)
+            if not kernel.open():
+                log.info(
+                    "kernel log not read: Xids come from NVML's events alone, and those "
+                    "logged before gfd started are not seen",
+                    reason=kernel.error,
+                )
+            feed = self._xid_feed = XidFeed(watcher, kernel)
+        # A reload keeps the log where it was read to: no Xid of it is handed on twice.
+        feed.events = watcher
+        feed.on_event = on_event
+        return feed
+
+    def _watcher(self, read: NodeReader, on_event: Any) -> XidWatcher:
         watcher = self._xid_watcher
         if watcher is None:
             from gfd.nvml.xid_events import XidWatcher
@@ -153,8 +195,13 @@ class HealthSetup:
             self._starting_with.append(read)
             read.when_nvml_starts(self._start_watcher)
         # The metrics may have been switched on or off by this reload.
-        watcher.on_event = telemetry.xid_error if telemetry is not None else None
+        watcher.on_event = on_event
         return watcher
+
+    def _close_watcher(self) -> None:
+        watcher, self._xid_watcher = self._xid_watcher, None
+        if watcher is not None:
+            watcher.close()
 
     def _start_watcher(self) -> None:
         """The reader's NVML session started (its library lock held): start the watcher
@@ -165,6 +212,16 @@ class HealthSetup:
         # Why it failed is kept in start_error, which the xid check reports; the read goes on.
         with contextlib.suppress(GfdError):
             watcher.start_holding_lock()
+
+
+def kernel_log_path(settings: Settings) -> str | None:
+    """The kernel log the xid check reads: ``--health-kernel-log``, except that a simulated
+    machine never reads the host's (``--simulate`` with the default ``/dev/kmsg``): its
+    GPUs are not the host's; a test kernel log is given by its own path."""
+    path = settings.health_kernel_log
+    if settings.simulate and path == DEFAULT_KERNEL_LOG:
+        return None
+    return path
 
 
 def _nvml_library(read: NodeReader) -> Path | None:

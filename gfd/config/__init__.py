@@ -28,6 +28,7 @@ from gfd.config.file import (
     parse_sharing,
 )
 from gfd.config.options import (
+    DEFAULT_KERNEL_LOG,
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_OUTPUT_FILE,
     LOG_LEVELS,
@@ -133,6 +134,8 @@ class Settings:
     health_event_hold: float | None = None
     #: Xid storms: so many of the non-fatal Xids a rule names within its window.
     health_xid_threshold: tuple[XidThreshold, ...] = ()
+    #: The kernel log read for Xids (gfd.nvml.kernel_xids); None: NVML's events alone.
+    health_kernel_log: str | None = DEFAULT_KERNEL_LOG
     sharing: Sharing | None = None
 
 

@@ -28,6 +28,8 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 #: evicts running pods that do not tolerate it.
 HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: Where the kernel log is read for Xids (``--health-kernel-log``).
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
 #: The largest count option accepted: far past any use, and small enough to stay exact.
 MAX_COUNT = 1_000_000
 
@@ -40,7 +42,8 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    # bool | str | duration | optional-duration | choice | checks | count | xids | xid-thresholds
+    # bool | str | optional-path | duration | optional-duration | choice | checks | count |
+    # xids | xid-thresholds
     kind: str
     help: str
     choices: tuple[str, ...] = ()
@@ -283,6 +286,17 @@ OPTIONS: tuple[Option, ...] = (
         metavar="RULES",
     ),
     Option(
+        "health_kernel_log",
+        "--health-kernel-log",
+        ("GFD_HEALTH_KERNEL_LOG",),
+        ("flags", "gfd", "healthKernelLog"),
+        "optional-path",
+        "the kernel log the xid check reads for the Xids NVML's events miss (before gfd "
+        f"started, during a restart): {DEFAULT_KERNEL_LOG} (default; where it cannot be read, "
+        "said once, NVML's events alone), a file or FIFO in its format, or none",
+        metavar="PATH",
+    ),
+    Option(
         "kubeconfig",
         "--kubeconfig",
         ("KUBECONFIG",),
@@ -377,6 +391,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         raise ConfigError(f"{where}: expected a string, got {echo(raw)}")
     if option.kind == "checks":
         return parse_checks(raw, where)
+    if option.kind == "optional-path":
+        return None if raw.strip() in ("", "none") else raw
     if option.kind == "choice" and raw not in option.choices:
         raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")
     return raw

@@ -245,8 +245,10 @@ class AgentTelemetry:
             self._gpu_healthy.set(1 if state.healthy else 0)
 
     def xid_error(self, event: XidEvent) -> None:
-        """One critical Xid as the watcher received it (on the watcher's thread)."""
-        self._xid_errors.labels(gpu=str(event.gpu.index), xid=str(event.xid)).inc()
+        """One critical Xid as the watcher received it (on the watcher's thread), or as the
+        kernel log gave it; a GPU NVML does not list is named by its bus id."""
+        gpu = str(event.gpu.index) if event.gpu.index >= 0 else event.gpu.bus_id
+        self._xid_errors.labels(gpu=gpu, xid=str(event.xid)).inc()
 
     def liveness(self) -> Health:
         with self._lock:

@@ -9,11 +9,12 @@ and the simulator end to end in tests/health/test_xid_memory_agent.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gfd.config.values import XidThreshold
+from gfd.facts import Gpu
 from gfd.health import (
     CANNOT_DECIDE,
     FAILING,
@@ -53,7 +54,7 @@ class Source:
     #: What each drain allowed: to start the watcher, or not.
     starts: list[bool] = field(default_factory=list)
 
-    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+    def drain(self, *, start: bool = True, gpus: Sequence[Gpu] = ()) -> tuple[XidEvent, ...]:
         self.starts.append(start)
         events, self.arriving = tuple(self.arriving), []
         return events

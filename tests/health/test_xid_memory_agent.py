@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +333,10 @@ class Log:
         return lambda event, **_fields: self.lines.append((level, event))
 
 
+#: The xid check on NVML's events alone: no kernel log (the host's would be read otherwise).
+NVML_ONLY = Settings(health_kernel_log=None)
+
+
 def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
     with simulate(profile()) as machine:
         read = NodeReader(
@@ -349,7 +354,7 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
             return reporter.monitor.setup.events.xid_events
 
         try:
-            running = watcher_of(Settings())
+            running = watcher_of(NVML_ONLY)
             assert isinstance(running, XidWatcher)
             # Started by the check's first drain, after the cycle's read has asked NVML.
             assert not running.running
@@ -357,13 +362,13 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
             assert running.running
             assert running.on_event == telemetry.xid_error
             # A reload that keeps the check keeps the watcher (and what it queued).
-            assert watcher_of(Settings(health_event_hold=60.0)) is running
+            assert watcher_of(replace(NVML_ONLY, health_event_hold=60.0)) is running
             # One that drops the check closes it.
-            assert watcher_of(Settings(health_checks=("gpu-lost",))) is None
+            assert watcher_of(replace(NVML_ONLY, health_checks=("gpu-lost",))) is None
             assert not running.running
             # A one-shot run starts none.
-            assert watcher_of(Settings(oneshot=True)) is None
-            again = watcher_of(Settings())
+            assert watcher_of(replace(NVML_ONLY, oneshot=True)) is None
+            again = watcher_of(NVML_ONLY)
             assert again is not running
             again.drain()
             assert again.running
@@ -391,7 +396,9 @@ def first_cycle_calls_on(gpu: int) -> int:
             )
             setup = HealthSetup(threading.Event())
             try:
-                setup.reporter(Settings(), SinkSet(sinks=[]), read, Log(), None)
+                setup.reporter(
+                    Settings(health_kernel_log=None), SinkSet(sinks=[]), read, Log(), None
+                )
                 try:
                     read()
                     passed = True
@@ -423,7 +430,11 @@ def test_an_xid_due_during_the_first_cycles_read_is_reported(due_after: int) -> 
         telemetry = AgentTelemetry(sleep_interval=60)
         try:
             reporter = setup.reporter(
-                Settings(health_label=True), SinkSet(sinks=[]), read, Log(), telemetry
+                Settings(health_label=True, health_kernel_log=None),
+                SinkSet(sinks=[]),
+                read,
+                Log(),
+                telemetry,
             )
             agent = Agent(
                 read_facts=read,

@@ -44,6 +44,7 @@ from gfd.health.check import (
     Check,
     CheckResult,
     CheckSetup,
+    GpuDirectory,
     Observation,
     Problem,
     gpu_name,
@@ -51,7 +52,7 @@ from gfd.health.check import (
 from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
-    from gfd.nvml.xid_events import XidEvent, XidSource
+    from gfd.nvml.xid_events import XidEvent, XidGpu, XidSource
 
 REASON_XID = "XidError"
 REASON_XID_STORM = "XidStorm"
@@ -60,11 +61,28 @@ REASON_XID_STORM = "XidStorm"
 NO_WATCHER = "no Xid events are watched in a one-shot run (none could arrive in one cycle)"
 
 
+@dataclass(frozen=True)
+class _Gpu:
+    """A GPU as the check holds it: by UUID, or by bus id for one the kernel log names that
+    NVML does not list (fallen off the bus); its index as messages name it (None: unknown)."""
+
+    key: str
+    index: int | None
+    bus_id: str
+
+
+def _named(gpu: XidGpu, directory: GpuDirectory) -> _Gpu:
+    if gpu.uuid:
+        return _Gpu(gpu.uuid, gpu.index, gpu.bus_id)
+    index = gpu.index if gpu.index >= 0 else directory.index_at(sysfs_bus_id(gpu.bus_id))
+    return _Gpu(f"PCI:{gpu.bus_id}", index, gpu.bus_id)
+
+
 @dataclass
 class _Seen:
     """One fatal Xid on one GPU: how often, and when (wall clock)."""
 
-    index: int
+    index: int | None
     bus_id: str
     count: int
     first: float
@@ -75,7 +93,7 @@ class _Seen:
 class _Storm:
     """A storm rule that fired on one GPU: the Xids counted since, and when (wall clock)."""
 
-    index: int
+    index: int | None
     bus_id: str
     count: int
     first: float
@@ -99,7 +117,8 @@ class XidCheck:
         self._rules = setup.events
         self._clock = setup.clock
         self._log = setup.log
-        #: Per GPU UUID: the fatal Xids held, by Xid.
+        #: Per GPU (by UUID, or "PCI:<bus id>" for one NVML does not list): the fatal Xids
+        #: held, by Xid; the dictionaries below are keyed alike.
         self._held: dict[str, dict[int, _Seen]] = {}
         #: Per GPU UUID: the storms held, by rule.
         self._storms: dict[str, dict[XidThreshold, _Storm]] = {}
@@ -131,13 +150,15 @@ class XidCheck:
         if source is not None:
             wall = self._rules.wall_clock()
             # A cycle whose read failed has NVML down: no use starting the watcher then.
-            for event in source.drain(start=seen.facts is not None):
+            gpus = seen.facts.gpus if seen.facts is not None else ()
+            for event in source.drain(start=seen.facts is not None, gpus=gpus):
                 # When it happened, on the check's clock: never after now.
                 happened = now - max(0.0, wall - event.at)
+                gpu = _named(event.gpu, seen.gpus)
                 if self._rules.fatal(event.xid):
-                    self._fatal(event, happened)
+                    self._fatal(event, gpu, happened)
                 else:
-                    self._count(event, happened)
+                    self._count(event, gpu, happened)
         self._release_held(now)
         problems = self._problems()
         if problems:
@@ -148,9 +169,8 @@ class XidCheck:
             return CheckResult(XID_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(XID_CHECK, OK)
 
-    def _fatal(self, event: XidEvent, happened: float) -> None:
-        gpu = event.gpu
-        held = self._held.setdefault(gpu.uuid, {})
+    def _fatal(self, event: XidEvent, gpu: _Gpu, happened: float) -> None:
+        held = self._held.setdefault(gpu.key, {})
         known = held.get(event.xid)
         if known is None:
             held[event.xid] = _Seen(gpu.index, gpu.bus_id, 1, event.at, event.at)
@@ -158,30 +178,27 @@ class XidCheck:
             known.count += 1
             known.first = min(known.first, event.at)
             known.last = max(known.last, event.at)
-        self._hold_from(gpu.uuid, happened)
+        self._hold_from(gpu.key, happened)
 
-    def _count(self, event: XidEvent, happened: float) -> None:
+    def _count(self, event: XidEvent, gpu: _Gpu, happened: float) -> None:
         """An Xid that is not fatal, against each storm rule that counts it."""
-        gpu = event.gpu
         for rule in self._rules.thresholds:
             if rule.xids is not None and event.xid not in rule.xids:
                 continue
-            storm = self._storms.get(gpu.uuid, {}).get(rule)
+            storm = self._storms.get(gpu.key, {}).get(rule)
             if storm is not None:
                 # The storm goes on: each further Xid of it starts the hold again.
                 storm.count += 1
                 storm.xids.add(event.xid)
                 storm.first = min(storm.first, event.at)
                 storm.last = max(storm.last, event.at)
-                self._hold_from(gpu.uuid, happened)
+                self._hold_from(gpu.key, happened)
                 continue
-            recent = self._recent.setdefault(gpu.uuid, {}).setdefault(
-                rule, deque(maxlen=rule.count)
-            )
+            recent = self._recent.setdefault(gpu.key, {}).setdefault(rule, deque(maxlen=rule.count))
             recent.append((happened, event.at, event.xid))
             ordered = sorted(recent)
             if len(ordered) == rule.count and ordered[-1][0] - ordered[0][0] <= rule.window:
-                self._storms.setdefault(gpu.uuid, {})[rule] = _Storm(
+                self._storms.setdefault(gpu.key, {})[rule] = _Storm(
                     gpu.index,
                     gpu.bus_id,
                     rule.count,
@@ -190,7 +207,7 @@ class XidCheck:
                     xids={xid for _, _, xid in ordered},
                 )
                 recent.clear()
-                self._hold_from(gpu.uuid, ordered[-1][0])
+                self._hold_from(gpu.key, ordered[-1][0])
 
     def _hold_from(self, uuid: str, happened: float) -> None:
         self._last_fatal[uuid] = max(self._last_fatal.get(uuid, happened), happened)
@@ -224,10 +241,11 @@ class XidCheck:
                 )
         return tuple(problems)
 
-    def _gpu_order(self, uuid: str) -> int:
-        indices = [seen.index for seen in self._held.get(uuid, {}).values()]
-        indices += [storm.index for storm in self._storms.get(uuid, {}).values()]
-        return min(indices)
+    def _gpu_order(self, key: str) -> tuple[int, str]:
+        indices = [seen.index for seen in self._held.get(key, {}).values()]
+        indices += [storm.index for storm in self._storms.get(key, {}).values()]
+        known = [index for index in indices if index is not None]
+        return (min(known) if known else 1 << 30, key)
 
     def _release_held(self, now: float) -> None:
         hold = self._rules.hold
