@@ -42,6 +42,7 @@ from gfd.metrics import AgentTelemetry
 from gfd.nvml.driver_root import NVML_LIBRARY, this_architecture
 from gfd.nvml.reader import NvmlReader
 from gfd.nvml.xid_events import XidWatcher
+from gfd.nvml.xid_feed import XidFeed
 from gfd.sim import (
     CONFIG_ENV,
     SimulatedMachine,
@@ -510,3 +511,48 @@ def test_a_run_under_a_driver_root_watches_xids_and_stops_within_a_second(
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert took < 1.0, f"stopped after {took:.2f}s"
+
+
+def test_the_kernel_log_joins_the_watcher_and_one_that_cannot_be_read_is_said_once(
+    tmp_path: Path,
+) -> None:
+    """gfd/app's assembly: with --health-kernel-log the xid check drains the watcher joined
+    with the log, kept across reloads (each record is handed on once); a log that cannot be
+    read is one log line, and the check goes on with NVML's events alone; a one-shot run
+    reads the log alone."""
+    log_file = tmp_path / "kmsg"
+    log_file.write_text("")
+    with simulate(profile()) as machine:
+        read = NodeReader(
+            sysfs_root=machine.sysfs_root,
+            machine_type_file=machine.machine_type_file,
+            library_path=machine.library_path,
+        )
+        setup = HealthSetup(threading.Event())
+        log = Log()
+
+        def source_of(settings: Settings) -> Any:
+            reporter = setup.reporter(settings, SinkSet(sinks=[]), read, log, None)
+            assert reporter is not None
+            return reporter.monitor.setup.events.xid_events
+
+        try:
+            with_log = Settings(health_kernel_log=str(log_file))
+            feed = source_of(with_log)
+            assert isinstance(feed, XidFeed) and isinstance(feed.events, XidWatcher)
+            assert source_of(replace(with_log, health_event_hold=60.0)) is feed
+            one_shot = source_of(replace(with_log, oneshot=True))
+            assert isinstance(one_shot, XidFeed) and one_shot.events is None
+            assert log.lines == []
+            missing = Settings(health_kernel_log=str(tmp_path / "no-such-kmsg"))
+            assert isinstance(source_of(missing), XidFeed)
+            assert log.lines == [
+                (
+                    "info",
+                    "kernel log not read: Xids come from NVML's events "
+                    "alone, and those logged before gfd started are not seen",
+                )
+            ]
+        finally:
+            setup.close()
+            read.close()
