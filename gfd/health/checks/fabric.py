@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from gfd.config.values import FABRIC_CHECK
-from gfd.facts import FabricInfo
+from gfd.facts import FabricInfo, Gpu
 from gfd.health.check import (
     FAILING,
     OK,
@@ -103,17 +103,16 @@ class FabricCheck:
         registering: dict[str, float] = {}
         for gpu in seen.facts.gpus:
             fabric = gpu.fabric
-            if fabric is None or not has_fabric(fabric):
+            if fabric is None or fabric.state == "not-supported":
                 continue
-            where = gpu_name(gpu.index, sysfs_bus_id(gpu.bus_id))
             if fabric.state in REGISTERING:
                 since = registering[gpu.uuid] = self._registering_since.get(gpu.uuid, now)
-                problem = _not_registered(where, fabric.state)
+                problem = _not_registered(_where(gpu), fabric.state)
                 (failing if now - since >= self._grace_period else pending).append(problem)
-                continue
-            completed = _registration_problem(where, fabric)
-            if completed is not None:
-                failing.append(completed)
+            elif fabric.status != 0 or fabric.health_mask:
+                completed = _registration_problem(_where(gpu), fabric)
+                if completed is not None:
+                    failing.append(completed)
         # A GPU no longer registering (or gone) starts a new grace period next time.
         self._registering_since = registering
         if failing:
@@ -121,6 +120,10 @@ class FabricCheck:
         if pending:
             return CheckResult(FABRIC_CHECK, PENDING, tuple(pending))
         return CheckResult(FABRIC_CHECK, OK)
+
+
+def _where(gpu: Gpu) -> str:
+    return gpu_name(gpu.index, sysfs_bus_id(gpu.bus_id))
 
 
 def _not_registered(where: str, state: str) -> Problem:

@@ -22,8 +22,9 @@ a reload.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -71,8 +72,10 @@ MODEL_LINKS: tuple[ModelLinks, ...] = (
 )
 
 
+@functools.lru_cache(maxsize=64)
 def model_links(name: str) -> ModelLinks | None:
-    """The published NVLink count of the GPU model NVML names ``name``, if listed."""
+    """The published NVLink count of the GPU model NVML names ``name``, if listed (a node
+    has a model or two: the answer is kept, as every cycle asks it again)."""
     return next((known for known in MODEL_LINKS if known.pattern.fullmatch(name)), None)
 
 
@@ -84,25 +87,28 @@ class Expected:
     why: str
 
 
-def expected_links(gpus: Iterable[Gpu]) -> dict[str, Expected]:
-    """Per GPU UUID (of those that report NVLinks), the active links it should have."""
-    reporting = [gpu for gpu in gpus if gpu.nvlinks]
-    in_use = {gpu.name for gpu in reporting if any(link.active for link in gpu.nvlinks)}
-    on_switch = {
-        gpu.name
-        for gpu in reporting
-        if any(link.active and link.remote_type == "switch" for link in gpu.nvlinks)
-    }
+def expected_links(
+    gpus: Sequence[Gpu], active: Sequence[frozenset[int]] | None = None
+) -> dict[str, Expected]:
+    """Per GPU UUID (of those that report NVLinks), the active links it should have;
+    ``active``: each GPU's active link indices, when the caller has them already."""
+    if active is None:
+        active = [frozenset(link.index for link in gpu.nvlinks if link.active) for gpu in gpus]
+    in_use: set[str] = set()
     most: dict[str, int] = {}
-    for gpu in reporting:
-        if gpu.name in on_switch:
-            active = sum(link.active for link in gpu.nvlinks)
-            most[gpu.name] = max(most.get(gpu.name, 0), active)
+    for gpu, up in zip(gpus, active, strict=True):
+        if not up:
+            continue
+        in_use.add(gpu.name)
+        if any(link.active and link.remote_type == "switch" for link in gpu.nvlinks):
+            most[gpu.name] = max(most.get(gpu.name, 0), len(up))
     expected: dict[str, Expected] = {}
-    for gpu in reporting:
-        # A model none of whose GPUs here has a link up does not use NVLink on this node
-        # (one SXM GPU passed to a virtual machine): nothing to expect of it.
-        known = model_links(gpu.name) if gpu.name in in_use else None
+    for gpu in gpus:
+        if not gpu.nvlinks or gpu.name not in in_use:
+            # A model none of whose GPUs here has a link up does not use NVLink on this
+            # node (one SXM GPU passed to a virtual machine): nothing to expect of it.
+            continue
+        known = model_links(gpu.name)
         peers = most.get(gpu.name, 0)
         if known is not None and known.links >= peers:
             expected[gpu.uuid] = Expected(known.links, f"{known.model} GPUs have {known.links}")
@@ -129,15 +135,19 @@ class NvLinkCheck:
     def observe(self, seen: Observation) -> CheckResult:
         if seen.facts is None:
             return CheckResult(NVLINK_CHECK, UNKNOWN)
-        expected = expected_links(seen.facts.gpus)
+        gpus = seen.facts.gpus
+        actives = [frozenset(link.index for link in gpu.nvlinks if link.active) for gpu in gpus]
+        expected = expected_links(gpus, actives)
         problems = []
-        for gpu in seen.facts.gpus:
-            active = {link.index for link in gpu.nvlinks if link.active}
+        for gpu, active in zip(gpus, actives, strict=True):
             links_up = self._links_up.setdefault(gpu.uuid, set())
             down_earlier = links_up - active
-            links_up.update(active)
-            where = gpu_name(gpu.index, sysfs_bus_id(gpu.bus_id))
+            if not active <= links_up:
+                links_up.update(active)
             should = expected.get(gpu.uuid)
+            if not down_earlier and (should is None or len(active) >= should.links):
+                continue
+            where = gpu_name(gpu.index, sysfs_bus_id(gpu.bus_id))
             if should is not None and len(active) < should.links:
                 inactive = {link.index for link in gpu.nvlinks if not link.active}
                 down = _listing(inactive | down_earlier)
