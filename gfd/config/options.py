@@ -212,7 +212,8 @@ OPTIONS: tuple[Option, ...] = (
         ("GFD_HEALTH_GRACE_PERIOD",),
         ("flags", "gfd", "healthGracePeriod"),
         "optional-duration",
-        "how long a device plugin problem must last before it is reported (0: at once)",
+        "how long a device plugin problem, or a fabric registration not done, must last "
+        "before it is reported (0: at once)",
         metavar="DURATION",
     ),
     Option(
