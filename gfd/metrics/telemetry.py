@@ -167,8 +167,9 @@ class AgentTelemetry:
         )
         self._xid_errors = prometheus_client.Counter(
             "gfd_gpu_xid_errors",
-            "Critical Xid errors NVML reported, by GPU index and Xid: every one, fatal or "
-            "ignored by the xid check (--health-ignored-xids), counted as it arrives.",
+            "Critical Xid errors NVML reported, and those only the kernel log reported "
+            "(--health-kernel-log), by GPU index (a bus id for a GPU NVML does not list) and "
+            "Xid: every one, fatal or ignored by the xid check, counted as it arrives.",
             ["gpu", "xid"],
             registry=registry,
         )
