@@ -25,8 +25,9 @@ kernel logged before gfd started (replayed from the kernel log) is held from the
 from the restart. The message's times are UTC.
 
 It cannot decide (never healthy or failing) what it cannot see: a run without a watcher
-(a one-shot run: no event can arrive in one cycle), a watcher that could not start, a
-GPU it could not register, waits that fail. What it remembers outlives a reload.
+and without a kernel log (a one-shot run: no event can arrive in one cycle), a watcher
+that could not start, a GPU it could not register (where no kernel log is read), waits
+that fail. What it remembers outlives a reload.
 """
 
 from __future__ import annotations
