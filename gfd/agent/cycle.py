@@ -27,6 +27,7 @@ from gfd.facts import NodeFacts
 from gfd.labels import CycleInputs, LabelOptions, LabelSet, build_labels, compose
 from gfd.labels.labeler import NO_LABELS
 from gfd.sinks import Publication, Sink
+from gfd.sinks.node_identity import identity_annotation
 
 
 class Telemetry(Protocol):
@@ -129,12 +130,13 @@ def compute_labels(
     health_labels: Mapping[str, str] = NO_LABELS,
 ) -> tuple[LabelSet, Mapping[str, str]]:
     """The validated labels of one cycle (every family, topology and ``health_labels``
-    included, composed by :func:`gfd.labels.compose`) and the annotations that go with them."""
+    included, composed by :func:`gfd.labels.compose`) and the annotations that go with them
+    (the topology matrix and the GPUs' identity)."""
     derived = derive(facts)
     inputs = CycleInputs(
         facts, options, topology_labels=derived.labels, health_labels=health_labels
     )
-    return compose(inputs), derived.annotations
+    return compose(inputs), {**derived.annotations, **identity_annotation(facts)}
 
 
 class Agent:

@@ -7,13 +7,18 @@ judged by one :class:`~gfd.health.dra_node.DraNodeWatch` per configuration (made
 :meth:`HealthSetup.dra_node`, reading the driver's ResourceSlices through the node sink's
 client), which the device-plugin check and ``--label-mode auto`` share. The ``xid`` check's events come from one
 :class:`~gfd.nvml.xid_events.XidWatcher` per run, made when a periodic run enables the
-check (a one-shot run ends before any Xid could arrive) and started by the check's first
-drain, kept across reloads that keep the check, and closed by a reload that drops it and
-when the run ends.
+check (a one-shot run ends before any Xid could arrive), kept across reloads that keep the
+check, and closed by a reload that drops it and when the run ends. It starts when the
+reader's NVML session starts (:meth:`gfd.app.node_reader.NodeReader.when_nvml_starts`):
+after the reader's nvmlInit succeeded, so that the reader's failure to start is the one
+the run acts on (``--fail-on-init-error``), and before the read asks any GPU, so that an
+Xid during the first read reaches it. One that could not start then tries again at the
+check's next drain after a read that worked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -23,12 +28,15 @@ from typing import TYPE_CHECKING, Any
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
+from gfd.config.options import DEFAULT_KERNEL_LOG
 from gfd.config.values import XID_CHECK
+from gfd.errors import GfdError
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter
     from gfd.health.dra_node import DraNodeWatch
-    from gfd.nvml.xid_events import XidWatcher
+    from gfd.nvml.xid_events import XidSource, XidWatcher
+    from gfd.nvml.xid_feed import XidFeed
 
 
 class HealthSetup:
@@ -44,6 +52,10 @@ class HealthSetup:
         self._last: HealthReporter | None = None
         self._last_dra_node: DraNodeWatch | None = None
         self._xid_watcher: XidWatcher | None = None
+        #: The watcher joined with the kernel log, where the log is read.
+        self._xid_feed: XidFeed | None = None
+        #: The readers whose NVML sessions start the watcher (one per configuration's reader).
+        self._starting_with: list[NodeReader] = []
 
     def dra_node(self, settings: Settings, built: SinkSet, log: Any) -> DraNodeWatch | None:
         """The configuration's :class:`~gfd.health.dra_node.DraNodeWatch`, taking over the
@@ -102,10 +114,11 @@ class HealthSetup:
             previous=previous.monitor if previous is not None else None,
             dra_node=dra_node,
             events=EventRules(
-                xid_events=self._xid_events(settings, checks, read, telemetry),
+                xid_events=self._xid_events(settings, checks, read, log, telemetry),
                 ignored_xids=frozenset(settings.health_ignored_xids),
                 fatal_xids=frozenset(settings.health_fatal_xids),
                 hold=settings.health_event_hold,
+                thresholds=settings.health_xid_threshold,
             ),
             pcie=PcieRules(
                 replays_per_minute=settings.health_pcie_replay_rate,
@@ -147,35 +160,98 @@ class HealthSetup:
         return self._last
 
     def close(self) -> None:
-        """Stop the Xid watcher, if one runs (within its wait length, half a second)."""
+        """Stop the Xid watcher, if one runs (within its wait length, half a second), and
+        close the kernel log."""
         watcher, self._xid_watcher = self._xid_watcher, None
         if watcher is not None:
             watcher.close()
+        self._close_kernel_log()
+
+    def _close_kernel_log(self) -> None:
+        feed, self._xid_feed = self._xid_feed, None
+        if feed is not None:
+            feed.close()
 
     def _xid_events(
         self,
         settings: Settings,
         checks: tuple[str, ...],
         read: NodeReader,
+        log: Any,
         telemetry: Any,
-    ) -> XidWatcher | None:
-        """The run's Xid watcher (made once, kept across reloads); None where the xid check
-        does not run or the run is one-shot (the check then says it cannot decide)."""
-        if XID_CHECK not in checks or settings.oneshot:
+    ) -> XidSource | None:
+        """The run's Xids: the watcher (made once, kept across reloads) joined with the
+        kernel log where it is read (:class:`~gfd.nvml.xid_feed.XidFeed`); None where the
+        xid check does not run, or in a one-shot run without a kernel log (the check then
+        says it cannot decide)."""
+        if XID_CHECK not in checks:
             self.close()
             return None
+        on_event = telemetry.xid_error if telemetry is not None else None
+        watcher = None if settings.oneshot else self._watcher(read, on_event)
+        if watcher is None:
+            self._close_watcher()
+        path = kernel_log_path(settings)
+        if path is None:
+            self._close_kernel_log()
+            return watcher
+        feed = self._xid_feed
+        if feed is None or feed.kernel.path != Path(path):
+            from gfd.nvml.kernel_xids import KernelLog
+            from gfd.nvml.xid_feed import XidFeed
+
+            self._close_kernel_log()
+            kernel = KernelLog(path)
+            if not kernel.open():
+                log.info(
+                    "kernel log not read: Xids come from NVML's events alone, and those "
+                    "logged before gfd started are not seen",
+                    reason=kernel.error,
+                )
+            feed = self._xid_feed = XidFeed(watcher, kernel)
+        # A reload keeps the log where it was read to: no Xid of it is handed on twice.
+        feed.events = watcher
+        feed.on_event = on_event
+        return feed
+
+    def _watcher(self, read: NodeReader, on_event: Any) -> XidWatcher:
         watcher = self._xid_watcher
         if watcher is None:
             from gfd.nvml.xid_events import XidWatcher
 
-            # Not started here: the check's first drain starts it, after the first cycle's
-            # read, so that NVML is first asked by the reader (whose failure to start is
-            # the one the run acts on), and a watcher that cannot start tries again at
-            # each drain while the check says why it cannot decide.
+            # Not started here: the reader's next NVML session starts it (see the module).
             watcher = self._xid_watcher = XidWatcher(library_path=partial(_nvml_library, read))
+        if not any(reader is read for reader in self._starting_with):
+            self._starting_with.append(read)
+            read.when_nvml_starts(self._start_watcher)
         # The metrics may have been switched on or off by this reload.
-        watcher.on_event = telemetry.xid_error if telemetry is not None else None
+        watcher.on_event = on_event
         return watcher
+
+    def _close_watcher(self) -> None:
+        watcher, self._xid_watcher = self._xid_watcher, None
+        if watcher is not None:
+            watcher.close()
+
+    def _start_watcher(self) -> None:
+        """The reader's NVML session started (its library lock held): start the watcher
+        of the running configuration, if it has one and it is not running."""
+        watcher = self._xid_watcher
+        if watcher is None or watcher.running:
+            return
+        # Why it failed is kept in start_error, which the xid check reports; the read goes on.
+        with contextlib.suppress(GfdError):
+            watcher.start_holding_lock()
+
+
+def kernel_log_path(settings: Settings) -> str | None:
+    """The kernel log the xid check reads: ``--health-kernel-log``, except that a simulated
+    machine never reads the host's (``--simulate`` with the default ``/dev/kmsg``): its
+    GPUs are not the host's; a test kernel log is given by its own path."""
+    path = settings.health_kernel_log
+    if settings.simulate and path == DEFAULT_KERNEL_LOG:
+        return None
+    return path
 
 
 def _nvml_library(read: NodeReader) -> Path | None:

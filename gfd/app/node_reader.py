@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,22 @@ class NodeReader:
     #: Holds the :class:`gfd.nvml.reader.NvmlReader` made by the first read, so that its
     #: NVML session and what it cached outlive one cycle (a holder: the class is frozen).
     _nvml: list[Any] = field(default_factory=list, compare=False, repr=False)
+    #: Called when an NVML session of the reader starts, before the read asks any GPU
+    #: (:meth:`when_nvml_starts`).
+    _session_listeners: list[Callable[[], None]] = field(
+        default_factory=list, compare=False, repr=False
+    )
+
+    def when_nvml_starts(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` each time a read starts an NVML session, right after its
+        nvmlInit succeeded and before any GPU is asked, with NVML's library lock held
+        (``listener`` must not take it, and must not raise). A session whose nvmlInit
+        fails calls nothing: the reader's failure is the one the run acts on."""
+        self._session_listeners.append(listener)
+
+    def _session_started(self) -> None:
+        for listener in self._session_listeners:
+            listener()
 
     def __call__(self) -> NodeFacts:
         try:
@@ -68,6 +84,7 @@ class NodeReader:
                         sysfs_root=self.sysfs_root,
                         machine_type_file=self.machine_type_file,
                         on_absent=self._report_absent,
+                        on_session_start=self._session_started,
                     )
                 )
             facts: NodeFacts = self._nvml[0].read()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gfd.config.options import (
+    DEFAULT_KERNEL_LOG,
     DEFAULT_MACHINE_TYPE_FILE,
     DEFAULT_ONESHOT_TIMEOUT,
     DEFAULT_OUTPUT_FILE,
@@ -38,6 +39,7 @@ from gfd.config.values import (
     LABEL_MODES,
     LOG_LEVELS,
     MAX_DURATION_SECONDS,
+    XidThreshold,
     format_duration,
     parse_bool,
     parse_duration,
@@ -170,10 +172,15 @@ class Settings:
     #: given (the ignored ones are then not consulted), else every Xid not ignored.
     health_ignored_xids: tuple[int, ...] = DEFAULT_IGNORED_XIDS
     health_fatal_xids: tuple[int, ...] = ()
-    #: Seconds a fatal Xid or an ECC rise holds its GPU unhealthy; None: the process's life.
+    #: Seconds a fatal Xid, an Xid storm or an ECC rise holds its GPU unhealthy; None: the
+    #: process's life.
     health_event_hold: float | None = None
     #: PCIe replays a minute above which the pcie check reports a link (gfd.health.checks.pcie).
     health_pcie_replay_rate: int = DEFAULT_PCIE_REPLAYS_PER_MINUTE
+    #: Xid storms: so many of the non-fatal Xids a rule names within its window.
+    health_xid_threshold: tuple[XidThreshold, ...] = ()
+    #: The kernel log read for Xids (gfd.nvml.kernel_xids); None: NVML's events alone.
+    health_kernel_log: str | None = DEFAULT_KERNEL_LOG
     sharing: Sharing | None = None
 
 
@@ -241,6 +248,7 @@ def _check_combination(settings: Settings) -> None:
             "--health-taint with --health-checks none: no check could ever taint the node; "
             "enable checks or drop the taint"
         )
+    _check_thresholds(settings)
     needs_node = settings.patch_node or settings.use_node_feature_api
     if needs_node and not settings.node_name:
         raise ConfigError(
@@ -251,6 +259,24 @@ def _check_combination(settings: Settings) -> None:
             "--use-node-feature-api needs a namespace: not in a pod (no "
             f"{SERVICE_ACCOUNT_NAMESPACE_FILE}) and NAMESPACE unset; set --namespace or NAMESPACE"
         )
+
+
+def _check_thresholds(settings: Settings) -> None:
+    """A storm rule counts Xids that are not fatal: a fatal one fails its GPU at the first."""
+    for rule in settings.health_xid_threshold:
+        fatal = sorted(
+            xid
+            for xid in rule.xids or ()
+            if (xid in settings.health_fatal_xids)
+            or (not settings.health_fatal_xids and xid not in settings.health_ignored_xids)
+        )
+        if fatal:
+            listed = ", ".join(map(str, fatal))
+            raise ConfigError(
+                f"--health-xid-threshold {rule.describe()}: Xid {listed} "
+                f"{'is' if len(fatal) == 1 else 'are'} fatal (one fails its GPU at once): a "
+                "threshold counts ignored Xids; add them to --health-ignored-xids or drop them"
+            )
 
 
 def _check_expiry(settings: Settings) -> None:

@@ -73,6 +73,8 @@ _CONFIG_TREE: dict[str, Any] = {
             "healthFatalXids": None,
             "healthEventHold": None,
             "healthPcieReplayRate": None,
+            "healthXidThreshold": None,
+            "healthKernelLog": None,
         },
         # Device-plugin flags that share the reference's config file; accepted and ignored.
         "plugin": "*",

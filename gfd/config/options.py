@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gfd.config.values import (
+    HEALTH_CHECKS,
     LABEL_MODES,
     LOG_LEVELS,
     parse_bool,
     parse_checks,
     parse_duration,
     parse_log_level,
+    parse_xid_thresholds,
     parse_xids,
 )
 from gfd.errors import ConfigError, echo
@@ -31,6 +33,8 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 #: The effects gfd's health taint may have: both keep new pods off; NoExecute also
 #: evicts running pods that do not tolerate it.
 HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+#: Where the kernel log is read for Xids (``--health-kernel-log``).
+DEFAULT_KERNEL_LOG = "/dev/kmsg"
 #: The largest count option accepted: far past any use, and small enough to stay exact.
 MAX_COUNT = 1_000_000
 
@@ -43,7 +47,9 @@ class Option:
     flag: str
     env: tuple[str, ...]
     config_path: tuple[str, ...] | None
-    kind: str  # bool | str | duration | optional-duration | choice | log-level | checks | count | xids
+    # bool | str | optional-path | duration | optional-duration | choice | log-level |
+    # checks | count | xids | xid-thresholds
+    kind: str
     help: str
     choices: tuple[str, ...] = ()
     metavar: str | None = None
@@ -206,8 +212,8 @@ OPTIONS: tuple[Option, ...] = (
         ("GFD_HEALTH_CHECKS",),
         ("flags", "gfd", "healthChecks"),
         "checks",
-        "GPU health checks to run each cycle: a comma-separated list of gpu-lost, "
-        "device-plugin, nvlink, xid, memory (none: no checks)",
+        f"GPU health checks to run each cycle: a comma-separated list of "
+        f"{', '.join(HEALTH_CHECKS)} (none: no checks)",
         metavar="LIST",
     ),
     Option(
@@ -232,8 +238,8 @@ OPTIONS: tuple[Option, ...] = (
         ("GFD_HEALTH_GRACE_PERIOD",),
         ("flags", "gfd", "healthGracePeriod"),
         "optional-duration",
-        "how long a device plugin problem, or a PCIe link below what it could reach, must "
-        "last before it is reported (0: at once)",
+        "how long a device plugin problem, a fabric registration not done, or a PCIe link "
+        "below what it could reach, must last before it is reported (0: at once)",
         metavar="DURATION",
     ),
     Option(
@@ -304,6 +310,28 @@ OPTIONS: tuple[Option, ...] = (
         "PCIe replays a minute above which the pcie check reports a GPU's link "
         "(PCIeReplaysRising; default 8, NVIDIA's limit)",
         metavar="REPLAYS",
+    ),
+    Option(
+        "health_xid_threshold",
+        "--health-xid-threshold",
+        ("GFD_HEALTH_XID_THRESHOLD",),
+        ("flags", "gfd", "healthXidThreshold"),
+        "xid-thresholds",
+        "Xid storms: XIDS:COUNT/WINDOW rules, ';'-separated (13,31,43:10/5m: 10 of these "
+        "ignored Xids on a GPU within 5 minutes make it unhealthy as XidStorm, held as a fatal "
+        "Xid; XIDS 'ignored': every ignored Xid; default none)",
+        metavar="RULES",
+    ),
+    Option(
+        "health_kernel_log",
+        "--health-kernel-log",
+        ("GFD_HEALTH_KERNEL_LOG",),
+        ("flags", "gfd", "healthKernelLog"),
+        "optional-path",
+        "the kernel log the xid check reads for the Xids NVML's events miss (before gfd "
+        f"started, during a restart): {DEFAULT_KERNEL_LOG} (default; where it cannot be read, "
+        "said once, NVML's events alone), a file or FIFO in its format, or none",
+        metavar="PATH",
     ),
     Option(
         "kubeconfig",
@@ -393,6 +421,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         return parse_xids(raw, where)
     if option.kind == "log-level":
         return parse_log_level(raw, where)
+    if option.kind == "xid-thresholds":
+        return parse_xid_thresholds(raw, where)
     if option.kind == "checks" and isinstance(raw, list):
         if not all(isinstance(item, str) for item in raw):
             raise ConfigError(f"{where}: expected a list of check names, got {echo(raw)}")
@@ -401,6 +431,8 @@ def convert(option: Option, raw: Any, where: str, *, from_text: bool) -> Any:
         raise ConfigError(f"{where}: expected a string, got {echo(raw)}")
     if option.kind == "checks":
         return parse_checks(raw, where)
+    if option.kind == "optional-path":
+        return None if raw.strip() in ("", "none") else raw
     if option.kind == "choice" and raw not in option.choices:
         raise ConfigError(f"{where}: {echo(raw)} is not one of {', '.join(option.choices)}")
     return raw

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import ConfigError, echo
@@ -148,6 +149,7 @@ LABEL_MODES = (LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE, LABEL_MODE_AUTO)
 
 GPU_LOST_CHECK = "gpu-lost"
 DEVICE_PLUGIN_CHECK = "device-plugin"
+FABRIC_CHECK = "fabric"
 NVLINK_CHECK = "nvlink"
 XID_CHECK = "xid"
 MEMORY_CHECK = "memory"
@@ -157,6 +159,7 @@ PCIE_CHECK = "pcie"
 HEALTH_CHECKS = (
     GPU_LOST_CHECK,
     DEVICE_PLUGIN_CHECK,
+    FABRIC_CHECK,
     NVLINK_CHECK,
     XID_CHECK,
     MEMORY_CHECK,
@@ -200,6 +203,74 @@ def parse_xids(value: Any, where: str) -> tuple[int, ...]:
             )
         xids.add(item)
     return tuple(sorted(xids))
+
+
+#: The most Xids one threshold counts before it fires: the xid check keeps that many
+#: arrival times per GPU and rule, so the count bounds what it remembers.
+MAX_THRESHOLD_COUNT = 10_000
+#: Spelling of one ``--health-xid-threshold`` rule, for messages.
+THRESHOLD_FORM = "XIDS:COUNT/WINDOW like 13,31,43:10/5m; XIDS 'ignored' counts every ignored Xid"
+
+
+@dataclass(frozen=True)
+class XidThreshold:
+    """``count`` or more of the Xids ``xids`` (None: every Xid not fatal) on one GPU within
+    ``window`` seconds: an Xid storm (the ``xid`` check's ``XidStorm``)."""
+
+    xids: frozenset[int] | None
+    count: int
+    window: float
+
+    def describe(self) -> str:
+        """The rule as written: ``13,31,43:10/5m``."""
+        xids = "ignored" if self.xids is None else ",".join(map(str, sorted(self.xids)))
+        return f"{xids}:{self.count}/{format_duration(self.window)}"
+
+
+_THRESHOLD = re.compile(r"\s*([^:]+):\s*([0-9]+)\s*/\s*(\S+)\s*")
+
+
+def parse_xid_thresholds(value: Any, where: str) -> tuple[XidThreshold, ...]:
+    """Xid storm rules: ``;``-separated text (``13,31,43:10/5m;45:3/1m``), or (in the config
+    file) a list of such rules; ``none`` or empty: none. Each rule once, in the order given."""
+    if isinstance(value, list):
+        texts: list[Any] = value
+    elif isinstance(value, str):
+        texts = [part for part in value.split(";") if part.strip()]
+        if [text.strip() for text in texts] == ["none"]:
+            texts = []
+    else:
+        raise ConfigError(
+            f"{where}: expected Xid thresholds like '13,31,43:10/5m', got {echo(value)}"
+        )
+    rules: list[XidThreshold] = []
+    for text in texts:
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: {echo(text)} is not a rule ({THRESHOLD_FORM})")
+        match = _THRESHOLD.fullmatch(text)
+        if match is None:
+            raise ConfigError(f"{where}: {echo(text)} is not a rule ({THRESHOLD_FORM})")
+        listed, count_text, window_text = match.groups()
+        rule_where = f"{where}: {echo(text.strip())}"
+        xids = None if listed.strip() == "ignored" else frozenset(parse_xids(listed, rule_where))
+        if xids is not None and not xids:
+            raise ConfigError(f"{where}: {echo(text)} names no Xid ({THRESHOLD_FORM})")
+        count = int(count_text)
+        if not 2 <= count <= MAX_THRESHOLD_COUNT:
+            raise ConfigError(
+                f"{where}: {echo(text)}: the count must be from 2 to {MAX_THRESHOLD_COUNT} "
+                "(one Xid is no storm: make it fatal with --health-fatal-xids instead)"
+            )
+        window = parse_duration(window_text, rule_where)
+        if window is None or window <= 0:
+            raise ConfigError(
+                f"{where}: {echo(text)}: the window must be a duration above 0, like 5m"
+            )
+        rule = XidThreshold(xids, count, window)
+        if rule in rules:
+            raise ConfigError(f"{where}: {echo(text)} is given twice")
+        rules.append(rule)
+    return tuple(rules)
 
 
 def parse_checks(value: str, where: str) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from gfd.facts.model import GI_PROFILE_VARIANTS as GI_PROFILE_VARIANTS
 from gfd.facts.model import NVLINK_REMOTE_TYPES as NVLINK_REMOTE_TYPES
 from gfd.facts.model import P2P_STATUSES as P2P_STATUSES
 from gfd.facts.model import PCI_LEVELS as PCI_LEVELS
+from gfd.facts.model import SERIAL_PATTERN as SERIAL_PATTERN
 from gfd.facts.model import FabricInfo as FabricInfo
 from gfd.facts.model import Gpu as Gpu
 from gfd.facts.model import MemoryHealth as MemoryHealth

@@ -83,6 +83,10 @@ P2PStatus = Literal[
 ]
 
 BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+#: A board serial as ``nvmlDeviceGetSerial`` returns it: nvml.h calls it alphanumeric and
+#: at most ``NVML_DEVICE_SERIAL_BUFFER_SIZE`` (30) bytes with the NUL; printable ASCII
+#: without spaces is accepted, so that no real board's answer is refused.
+SERIAL_PATTERN = re.compile(r"^[\x21-\x7e]{1,29}$")
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,10 @@ class Gpu:
     index: int
     name: str
     uuid: str
+    #: ``nvmlDeviceGetSerial``: the board's serial number, as on its label (GPUs with an
+    #: inforom: data-center boards); None: NOT_SUPPORTED. Keyword-only so that it sits
+    #: beside the UUID in the serialised form, before the required ``bus_id``.
+    serial: str | None = field(default=None, kw_only=True)
     bus_id: str
     #: ``(device << 16) | vendor`` as in ``nvmlPciInfo_t.pciDeviceId``.
     pci_device_id: int | None = None

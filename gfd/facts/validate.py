@@ -23,6 +23,7 @@ from gfd.facts.model import (
     GI_PROFILE_INDEX_COUNT,
     GI_PROFILE_VARIANTS,
     SCHEMA_VERSION,
+    SERIAL_PATTERN,
     MemoryHealth,
     NodeFacts,
     NvLinkP2P,
@@ -157,6 +158,13 @@ def _check_consistency(facts: NodeFacts, source: str) -> None:
         if gpu.bus_id in seen_bus:
             raise FactsError(source, f"{where}.bus_id", f"bus id {gpu.bus_id} is used by two GPUs")
         seen_bus.add(gpu.bus_id)
+        if gpu.serial is not None and not SERIAL_PATTERN.match(gpu.serial):
+            raise FactsError(
+                source,
+                f"{where}.serial",
+                f"{gpu.serial!r} is not a board serial (1 to 29 printable ASCII characters "
+                "without spaces, like '1650123000001'; omit it where NVML reports none)",
+            )
         if gpu.cpu_affinity is not None and not CPULIST_PATTERN.match(gpu.cpu_affinity):
             raise FactsError(
                 source,

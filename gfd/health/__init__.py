@@ -35,6 +35,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from gfd.config.values import DEVICE_PLUGIN_CHECK as DEVICE_PLUGIN
+from gfd.config.values import FABRIC_CHECK as FABRIC
 from gfd.config.values import GPU_LOST_CHECK as GPU_LOST
 from gfd.config.values import MEMORY_CHECK as MEMORY
 from gfd.config.values import NVLINK_CHECK as NVLINK
@@ -121,6 +122,7 @@ __all__ = [
     "DEFAULT_GRACE_PERIOD",
     "DEVICE_PLUGIN",
     "EVENT_NAMESPACE",
+    "FABRIC",
     "FAILING",
     "GPU_LOST",
     "HEALTH_LABEL",

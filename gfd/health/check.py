@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gfd.config.values import DEFAULT_IGNORED_XIDS, DEFAULT_PCIE_REPLAYS_PER_MINUTE
+from gfd.config.values import DEFAULT_IGNORED_XIDS, DEFAULT_PCIE_REPLAYS_PER_MINUTE, XidThreshold
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
 from gfd.pci import sysfs_bus_id
@@ -126,14 +126,20 @@ class EventRules:
     ``xid_events``: the run's critical Xid events (None: the run receives none, as a
     one-shot run: the ``xid`` check cannot decide then). A critical Xid is fatal when it
     is among ``fatal_xids`` or, with that empty, not among ``ignored_xids``. ``hold``:
-    how long a fatal Xid or an ECC rise keeps its GPU failing after the last one, in
-    seconds of :attr:`CheckSetup.clock`; None: for the life of the process.
+    how long a fatal Xid, an Xid storm or an ECC rise keeps its GPU failing after the last
+    one, in seconds of :attr:`CheckSetup.clock`; None: for the life of the process.
     """
 
     xid_events: XidSource | None = field(default=None, compare=False)
     ignored_xids: frozenset[int] = frozenset(DEFAULT_IGNORED_XIDS)
     fatal_xids: frozenset[int] = frozenset()
     hold: float | None = None
+    #: Xid storms (``--health-xid-threshold``): so many of a rule's Xids that are not fatal
+    #: on one GPU within its window fail the GPU, held as a fatal Xid is.
+    thresholds: tuple[XidThreshold, ...] = ()
+    #: Wall-clock seconds, to tell how long ago an event's ``at`` was: an Xid the kernel
+    #: logged before gfd started is held, and counted in a window, from when it happened.
+    wall_clock: Callable[[], float] = field(default=time.time, compare=False)
 
     def fatal(self, xid: int) -> bool:
         """Whether a critical ``xid`` marks its GPU unhealthy."""

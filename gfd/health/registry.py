@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gfd.config.values import (
     DEVICE_PLUGIN_CHECK,
+    FABRIC_CHECK,
     GPU_LOST_CHECK,
     MEMORY_CHECK,
     NVLINK_CHECK,
@@ -57,6 +58,7 @@ class CheckEntry:
 CHECKS: tuple[CheckEntry, ...] = (
     CheckEntry(GPU_LOST_CHECK, "gpu_lost", "GpuLostCheck"),
     CheckEntry(DEVICE_PLUGIN_CHECK, "device_plugin", "DevicePluginCheck", needs_node=True),
+    CheckEntry(FABRIC_CHECK, "fabric", "FabricCheck"),
     CheckEntry(NVLINK_CHECK, "nvlink", "NvLinkCheck"),
     CheckEntry(XID_CHECK, "xid", "XidCheck"),
     CheckEntry(MEMORY_CHECK, "memory", "MemoryCheck"),

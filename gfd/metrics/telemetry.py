@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import ERROR_KINDS, ConfigError
 from gfd.metrics.probes import (
     DEFAULT_CYCLE_DEADLINE,
@@ -144,8 +145,8 @@ class AgentTelemetry:
         )
         self._health_failing = prometheus_client.Gauge(
             "gfd_health_check_failing",
-            "1 while a GPU health check reports a problem (gpu-lost, device-plugin, "
-            "nvlink, xid, memory, pcie), else 0; only the checks that run have a series.",
+            f"1 while a GPU health check reports a problem ({', '.join(HEALTH_CHECKS)}), "
+            "else 0; only the checks that run have a series.",
             ["check"],
             registry=registry,
         )
@@ -167,8 +168,9 @@ class AgentTelemetry:
         )
         self._xid_errors = prometheus_client.Counter(
             "gfd_gpu_xid_errors",
-            "Critical Xid errors NVML reported, by GPU index and Xid: every one, fatal or "
-            "ignored by the xid check (--health-ignored-xids), counted as it arrives.",
+            "Critical Xid errors NVML reported, and those only the kernel log reported "
+            "(--health-kernel-log), by GPU index (a bus id for a GPU NVML does not list) and "
+            "Xid: every one, fatal or ignored by the xid check, counted as it arrives.",
             ["gpu", "xid"],
             registry=registry,
         )
@@ -245,8 +247,10 @@ class AgentTelemetry:
             self._gpu_healthy.set(1 if state.healthy else 0)
 
     def xid_error(self, event: XidEvent) -> None:
-        """One critical Xid as the watcher received it (on the watcher's thread)."""
-        self._xid_errors.labels(gpu=str(event.gpu.index), xid=str(event.xid)).inc()
+        """One critical Xid as the watcher received it (on the watcher's thread), or as the
+        kernel log gave it; a GPU NVML does not list is named by its bus id."""
+        gpu = str(event.gpu.index) if event.gpu.index >= 0 else event.gpu.bus_id
+        self._xid_errors.labels(gpu=gpu, xid=str(event.xid)).inc()
 
     def liveness(self) -> Health:
         with self._lock:

@@ -46,6 +46,8 @@ class GpuStatic:
     numa_node: int | None
     gpu_numa_id: int | None
     cpu_affinity: str | None
+    #: ``nvmlDeviceGetSerial`` (None: NOT_SUPPORTED).
+    serial: str | None = None
     link_count: Any = UNREAD
     nvlink_version: Any = UNREAD
     mig_slots: Any = UNREAD

@@ -16,7 +16,7 @@ from typing import Any
 
 import pynvml
 
-from gfd.facts import Gpu, cpulist_from_ids
+from gfd.facts import SERIAL_PATTERN, Gpu, cpulist_from_ids
 from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.nvml.cache import GpuStatic, ReadCache
 from gfd.nvml.calls import NvmlCaller, text
@@ -48,6 +48,7 @@ def read_gpu(nv: NvmlCaller, index: int, handle: Any, sysfs_root: Path, cache: R
         index=index,
         name=name,
         uuid=uuid,
+        serial=static.serial,
         bus_id=static.bus_id,
         pci_device_id=static.pci_device_id,
         pci_class=static.pci_class,
@@ -85,6 +86,8 @@ def read_gpu_static(nv: NvmlCaller, handle: Any, name: str, sysfs_root: Path) ->
     )
     brand = nv.optional("nvmlDeviceGetBrand", pynvml.nvmlDeviceGetBrand, handle)
     gpu_numa = nv.optional("nvmlDeviceGetNumaNodeId", pynvml.nvmlDeviceGetNumaNodeId, handle)
+    # Every branch exports it; boards without an inforom (GeForce) answer NOT_SUPPORTED.
+    serial = nv.unsupported_absent("nvmlDeviceGetSerial", pynvml.nvmlDeviceGetSerial, handle)
     affinity = nv.optional(
         "nvmlDeviceGetCpuAffinity", pynvml.nvmlDeviceGetCpuAffinity, handle, CPU_AFFINITY_WORDS
     )
@@ -103,7 +106,17 @@ def read_gpu_static(nv: NvmlCaller, handle: Any, name: str, sysfs_root: Path) ->
         numa_node=_read_numa_node(sysfs_dir / "numa_node", sysfs_root),
         gpu_numa_id=int(gpu_numa) if gpu_numa is not None else None,
         cpu_affinity=_affinity_to_cpulist(affinity) if affinity is not None else None,
+        serial=_serial(serial),
     )
+
+
+def _serial(answer: str | bytes | None) -> str | None:
+    """The board serial NVML gave, as the facts hold it: None where it gave none, or text
+    the facts' form could not read back (empty, blank, longer than NVML's buffer)."""
+    if answer is None:
+        return None
+    serial = text(answer).strip()
+    return serial if SERIAL_PATTERN.match(serial) else None
 
 
 def _affinity_to_cpulist(words: Any) -> str:

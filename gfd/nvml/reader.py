@@ -239,7 +239,7 @@ class NvmlReader:
     is dropped anyway, so a fact that changed behind a stable UUID lasts at most that long.
 
     The first read of a session makes exactly the calls :func:`read_facts` makes, in the
-    same order. :meth:`close` shuts NVML down (the agent calls it on stop and reload);
+    same order (after what ``on_session_start`` asks, right after the session's nvmlInit). :meth:`close` shuts NVML down (the agent calls it on stop and reload);
     another reader, or :func:`read_facts`, taking the library closes this one's session.
     """
 
@@ -254,12 +254,17 @@ class NvmlReader:
         machine_type_file: Path = DEFAULT_MACHINE_TYPE_FILE,
         on_absent: Callable[[str, str], None] | None = None,
         limits: MachineLimits = MACHINE_LIMITS,
+        on_session_start: Callable[[], None] | None = None,
     ) -> None:
         self.library_path = library_path
         self.sysfs_root = sysfs_root
         self.machine_type_file = machine_type_file
         self.on_absent = on_absent
         self.limits = limits
+        #: Called once a session's nvmlInit succeeded, before the read asks any GPU, with
+        #: :data:`~gfd.nvml.library.library_lock` held (it must not take it): the Xid
+        #: watcher registers there, so that an Xid during the read reaches it.
+        self.on_session_start = on_session_start
         self._cache = ReadCache()
         self._reads_in_session = 0
         #: NVML calls made by the last read (tests and benchmarks compare them).
@@ -279,6 +284,8 @@ class NvmlReader:
                 _session_owner = self
                 self._cache = ReadCache()
                 self._reads_in_session = 0
+                if self.on_session_start is not None:
+                    self.on_session_start()
             caller = NvmlCaller(self.limits)
             try:
                 facts = _read_all(caller, self.sysfs_root, self.machine_type_file, self._cache)

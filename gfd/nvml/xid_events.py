@@ -38,7 +38,7 @@ import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +46,7 @@ from typing import Any, Protocol
 import pynvml
 
 from gfd.errors import GfdError
+from gfd.facts import Gpu
 from gfd.nvml.calls import as_gfd_error, error_name, text
 from gfd.nvml.library import library_lock, select_library
 
@@ -109,9 +110,10 @@ class XidSource(Protocol):
         """NVML's error name while its waits fail (None: they work)."""
         ...
 
-    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+    def drain(self, *, start: bool = True, gpus: Sequence[Gpu] = ()) -> tuple[XidEvent, ...]:
         """The events received since the last drain, oldest first; ``start``: a source
-        that is not running may try to start first."""
+        that is not running may try to start first; ``gpus``: the cycle's GPUs (empty: its
+        read failed), for a source that knows GPUs by address only (the kernel log)."""
         ...
 
 
@@ -174,11 +176,17 @@ class XidWatcher:
         Raises :class:`gfd.errors.NvmlError` (kept in :attr:`start_error` too) when NVML
         cannot start or no event set can be made; nothing is left held then.
         """
+        with library_lock:
+            self.start_holding_lock()
+
+    def start_holding_lock(self) -> None:
+        """:meth:`start`, for a caller that holds :data:`~gfd.nvml.library.library_lock`:
+        the reader, right after its session's nvmlInit, so that the GPUs are registered
+        before its read asks them anything."""
         if self._thread is not None or self._closed:
             return
         try:
-            with library_lock:
-                self._start_locked()
+            self._start_locked()
         except GfdError as exc:
             self.start_error = str(exc)
             raise
@@ -187,10 +195,11 @@ class XidWatcher:
         self._thread = threading.Thread(target=self._wait_loop, name="gfd-xid-events", daemon=True)
         self._thread.start()
 
-    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+    def drain(self, *, start: bool = True, gpus: Sequence[Gpu] = ()) -> tuple[XidEvent, ...]:
         """The events received since the last drain, oldest first. With ``start``, a
         watcher that is not running (not started yet, or it could not start) tries to
-        start first; the caller passes False while NVML is known to be down."""
+        start first; the caller passes False while NVML is known to be down. ``gpus`` is
+        not needed: NVML names each event's GPU."""
         if start and self._thread is None and not self._closed:
             # Why it failed is kept in start_error, which the check reports.
             with contextlib.suppress(GfdError):

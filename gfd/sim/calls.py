@@ -64,6 +64,7 @@ EXPORTED_CALLS: tuple[str, ...] = (
     "nvmlDeviceGetRetiredPages",
     "nvmlDeviceGetRetiredPagesPendingStatus",
     "nvmlDeviceGetRetiredPages_v2",
+    "nvmlDeviceGetSerial",
     "nvmlDeviceGetSupportedEventTypes",
     "nvmlDeviceGetTopologyCommonAncestor",
     "nvmlDeviceGetTopologyNearestGpus",

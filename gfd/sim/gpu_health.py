@@ -79,6 +79,11 @@ class GpuValue(StrEnum):
     PCIE_GPU_MAX_GENERATION = "pcie_gpu_max_generation"
     PCIE_REPLAY_COUNTER = "pcie_replay_counter"
     GPU_UTILIZATION = "gpu_utilization"
+    #: The fabric's state, status and health mask: served by the GPU's fabric record, and
+    #: changed only by faults (``gfd.sim.faults.fabric``).
+    FABRIC_STATE = "fabric_state"
+    FABRIC_STATUS = "fabric_status"
+    FABRIC_HEALTH_MASK = "fabric_health_mask"
 
 
 #: The largest value of a 32-bit count (remapped rows, retired pages).

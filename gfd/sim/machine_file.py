@@ -353,6 +353,8 @@ def _gpu_lines(gpu: Gpu) -> list[str]:
         f"uuid {gpu.uuid}",
         f"bus_id {gpu.bus_id}",
     ]
+    if gpu.serial is not None:
+        lines.append(f"serial {gpu.serial}")
     optional = {
         "pci_device_id": gpu.pci_device_id,
         "pci_class": gpu.pci_class,

@@ -23,7 +23,7 @@
  *                   lost and vanished GPUs, links cut); nvmlInit*, nvmlShutdown,
  *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
  *   sim_device.c    enumeration and identity: nvmlDeviceGetCount*, GetHandleBy*,
- *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetPciInfo*,
+ *                   GetIndex, GetMinorNumber, GetName, GetUUID, GetSerial, GetPciInfo*,
  *                   GetArchitecture, GetBrand
  *   sim_memory.c    GetMemoryInfo*, GetCudaComputeCapability, GetComputeMode,
  *                   GetDisplayMode, GetNumaNodeId, GetCpuAffinity
@@ -154,6 +154,9 @@ typedef enum {
     SIM_VALUE_PCIE_GPU_MAX_GENERATION,
     SIM_VALUE_PCIE_REPLAY_COUNTER,     /* a 32-bit count */
     SIM_VALUE_GPU_UTILIZATION,         /* percent */
+    SIM_VALUE_FABRIC_STATE,            /* nvmlGpuFabricState_t; set by the fabric record */
+    SIM_VALUE_FABRIC_STATUS,           /* nvmlReturn_t of the registration */
+    SIM_VALUE_FABRIC_HEALTH,           /* healthMask; unset: a fabric record without one */
     SIM_VALUE_COUNT
 } sim_value_id;
 
@@ -163,6 +166,8 @@ typedef struct {
     int has_name;
     char uuid[TEXT_MAX];
     int has_uuid;
+    char serial[NVML_DEVICE_SERIAL_BUFFER_SIZE];
+    int has_serial; /* 0: nvmlDeviceGetSerial answers NOT_SUPPORTED (no inforom) */
     char bus_id[BUS_ID_MAX];
     unsigned domain, bus, device, function;
     int has_pci_device_id;
@@ -195,10 +200,7 @@ typedef struct {
     int has_fabric;
     unsigned char fabric_uuid[NVML_GPU_FABRIC_UUID_LEN];
     unsigned fabric_clique;
-    unsigned fabric_state;
-    int fabric_status;
-    int has_fabric_health;
-    unsigned fabric_health;
+    /* The state, status and health mask are the values SIM_VALUE_FABRIC_*: faults change them. */
     unsigned long long values[SIM_VALUE_COUNT];
     unsigned char has_value[SIM_VALUE_COUNT]; /* 0: NOT_SUPPORTED (until a fault_set) */
     /* runtime state */

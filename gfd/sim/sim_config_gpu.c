@@ -154,16 +154,21 @@ static int parse_fabric(sim_parse_ctx *ctx, sim_gpu *gpu, char *value) {
         }
         gpu->fabric_uuid[i] = (unsigned char)byte;
     }
-    unsigned status;
+    unsigned state, status, health;
     if (sim_parse_u32(t_clique, &gpu->fabric_clique) != 0 ||
-        sim_parse_u32(t_state, &gpu->fabric_state) != 0 || gpu->fabric_state > 255 ||
+        sim_parse_u32(t_state, &state) != 0 || !sim_value_fits(SIM_VALUE_FABRIC_STATE, state) ||
         sim_parse_u32(t_status, &status) != 0) {
         return sim_parse_fail(ctx, "fabric: CLIQUE, STATE and STATUS must be unsigned numbers");
     }
-    gpu->fabric_status = (int)status;
-    gpu->has_fabric_health = strcmp(t_health, "-") != 0;
-    if (gpu->has_fabric_health && sim_parse_u32(t_health, &gpu->fabric_health) != 0) {
-        return sim_parse_fail(ctx, "fabric: health mask '%s' is not a number", t_health);
+    gpu->values[SIM_VALUE_FABRIC_STATE] = state;
+    gpu->values[SIM_VALUE_FABRIC_STATUS] = status;
+    gpu->has_value[SIM_VALUE_FABRIC_STATE] = gpu->has_value[SIM_VALUE_FABRIC_STATUS] = 1;
+    if (strcmp(t_health, "-") != 0) {
+        if (sim_parse_u32(t_health, &health) != 0) {
+            return sim_parse_fail(ctx, "fabric: health mask '%s' is not a number", t_health);
+        }
+        gpu->values[SIM_VALUE_FABRIC_HEALTH] = health;
+        gpu->has_value[SIM_VALUE_FABRIC_HEALTH] = 1;
     }
     gpu->has_fabric = 1;
     return 0;
@@ -299,6 +304,10 @@ int sim_parse_gpu_record(sim_parse_ctx *ctx, sim_gpu *gpu, const char *key, char
     if (strcmp(key, "uuid") == 0) {
         gpu->has_uuid = 1;
         return sim_copy_text(ctx, key, value, gpu->uuid, sizeof gpu->uuid);
+    }
+    if (strcmp(key, "serial") == 0) {
+        gpu->has_serial = 1;
+        return sim_copy_text(ctx, key, value, gpu->serial, sizeof gpu->serial);
     }
     if (strcmp(key, "bus_id") == 0) {
         if (sim_copy_text(ctx, key, value, gpu->bus_id, sizeof gpu->bus_id) != 0) {

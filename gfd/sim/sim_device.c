@@ -1,7 +1,7 @@
 /*
  * sim_device.c: device enumeration and identity. Owns nvmlDeviceGetCount*,
  * nvmlDeviceGetHandleByIndex*, ...ByPciBusId*, ...ByUUID, nvmlDeviceGetIndex,
- * nvmlDeviceGetMinorNumber, nvmlDeviceGetName, nvmlDeviceGetUUID,
+ * nvmlDeviceGetMinorNumber, nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetSerial,
  * nvmlDeviceGetPciInfo*, nvmlDeviceGetArchitecture and nvmlDeviceGetBrand.
  *
  * Enumeration leaves vanished GPUs out (fault_gpu_vanished): the count drops, later GPUs
@@ -201,6 +201,21 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
                                     : NVML_ERROR_NOT_SUPPORTED);
     }
     RETURN(gpu->has_uuid ? sim_copy_string(gpu->uuid, uuid, length) : NVML_ERROR_NOT_SUPPORTED);
+}
+
+/* The board's serial: GPUs without an inforom (GeForce) answer NOT_SUPPORTED. */
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    LOCK();
+    sim_gpu *gpu;
+    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    if (rc != NVML_SUCCESS) {
+        RETURN(rc);
+    }
+    if (serial == NULL) {
+        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    RETURN(gpu->has_serial ? sim_copy_string(gpu->serial, serial, length)
+                           : NVML_ERROR_NOT_SUPPORTED);
 }
 
 void sim_fill_pci(const sim_gpu *gpu, nvmlPciInfo_t *pci) {

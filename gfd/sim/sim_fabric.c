@@ -1,6 +1,7 @@
 /*
  * sim_fabric.c: the GPU fabric and virtualization. Owns nvmlDeviceGetGpuFabricInfoV,
- * nvmlDeviceGetGpuFabricInfo and nvmlDeviceGetVirtualizationMode.
+ * nvmlDeviceGetGpuFabricInfo and nvmlDeviceGetVirtualizationMode. The fabric's state,
+ * status and health mask are GPU values (SIM_VALUE_FABRIC_*), which faults may change.
  */
 
 #include "nvmlsim.h"
@@ -29,11 +30,16 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
     }
     /* v2 is a prefix of v3: fill the shared fields through the v2 layout only. */
     nvmlGpuFabricInfo_v2_t *v2 = (nvmlGpuFabricInfo_v2_t *)gpuFabricInfo;
+    unsigned long long state, status, health;
+    sim_value(gpu, SIM_VALUE_FABRIC_STATE, &state);
+    sim_value(gpu, SIM_VALUE_FABRIC_STATUS, &status);
+    /* A fabric record without a health mask (a driver of the v1 call) answers 0. */
+    sim_value(gpu, SIM_VALUE_FABRIC_HEALTH, &health);
     memcpy(v2->clusterUuid, gpu->fabric_uuid, sizeof v2->clusterUuid);
-    v2->status = (nvmlReturn_t)gpu->fabric_status;
+    v2->status = (nvmlReturn_t)status;
     v2->cliqueId = gpu->fabric_clique;
-    v2->state = (nvmlGpuFabricState_t)gpu->fabric_state;
-    v2->healthMask = gpu->has_fabric_health ? gpu->fabric_health : 0;
+    v2->state = (nvmlGpuFabricState_t)state;
+    v2->healthMask = (unsigned)health;
     if (version == nvmlGpuFabricInfo_v3) {
         gpuFabricInfo->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
     }
@@ -53,10 +59,13 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
     if (!gpu->has_fabric) {
         RETURN(NVML_ERROR_NOT_SUPPORTED);
     }
+    unsigned long long state, status;
+    sim_value(gpu, SIM_VALUE_FABRIC_STATE, &state);
+    sim_value(gpu, SIM_VALUE_FABRIC_STATUS, &status);
     memcpy(gpuFabricInfo->clusterUuid, gpu->fabric_uuid, sizeof gpuFabricInfo->clusterUuid);
-    gpuFabricInfo->status = (nvmlReturn_t)gpu->fabric_status;
+    gpuFabricInfo->status = (nvmlReturn_t)status;
     gpuFabricInfo->cliqueId = gpu->fabric_clique;
-    gpuFabricInfo->state = (nvmlGpuFabricState_t)gpu->fabric_state;
+    gpuFabricInfo->state = (nvmlGpuFabricState_t)state;
     RETURN(NVML_SUCCESS);
 }
 

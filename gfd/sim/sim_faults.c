@@ -29,10 +29,11 @@
 /* ------------------------------------------------------------------------- */
 /* Per-GPU values */
 
-/* A level (a PCIe link's generation or width) is set by faults, never risen; a percent
- * runs 0 to 100. */
+/* A byte is a small enum (the fabric's state); a level (a PCIe link's generation or
+ * width) is set by faults, never risen; a percent runs 0 to 100. */
 typedef enum {
     VALUE_FLAG,
+    VALUE_BYTE,
     VALUE_COUNT32,
     VALUE_COUNT64,
     VALUE_EVENT_MASK,
@@ -65,11 +66,15 @@ static const struct {
     [SIM_VALUE_PCIE_GPU_MAX_GENERATION] = {"pcie_gpu_max_generation", VALUE_LEVEL},
     [SIM_VALUE_PCIE_REPLAY_COUNTER] = {"pcie_replay_counter", VALUE_COUNT32},
     [SIM_VALUE_GPU_UTILIZATION] = {"gpu_utilization", VALUE_PERCENT},
+    [SIM_VALUE_FABRIC_STATE] = {"fabric_state", VALUE_BYTE},
+    [SIM_VALUE_FABRIC_STATUS] = {"fabric_status", VALUE_COUNT32},
+    [SIM_VALUE_FABRIC_HEALTH] = {"fabric_health_mask", VALUE_COUNT32},
 };
 
 static unsigned long long value_max(sim_value_id id) {
     switch (value_table[id].kind) {
     case VALUE_FLAG: return 1;
+    case VALUE_BYTE: return UCHAR_MAX;
     case VALUE_PERCENT: return 100;
     case VALUE_LEVEL:
     case VALUE_COUNT32: return UINT_MAX;

@@ -16,8 +16,8 @@ comma-separated) and, on every cycle:
   key is skipped, and reported once;
 * adopts, on a first run, a key it publishes that some earlier writer left on the
   node (unless NFD owns it): from then on gfd owns it;
-* writes its annotations (:data:`OWNED_ANNOTATIONS`: the topology matrix and,
-  optionally, the timestamp) by the same rules: gfd owns exactly that fixed set and
+* writes its annotations (:data:`OWNED_ANNOTATIONS`: the topology matrix, the GPUs'
+  identity and, optionally, the timestamp) by the same rules: gfd owns exactly that fixed set and
   removes one from the node when it stops publishing it.
 
 The resulting :class:`NodeUpdate` writes itself two ways: as a JSON merge patch
@@ -36,14 +36,16 @@ from typing import Any
 from gfd.labels.core import TIMESTAMP_KEY
 from gfd.labels.families import gfd_can_produce
 from gfd.sinks import Publication
+from gfd.sinks.node_identity import IDENTITY_ANNOTATION
 from gfd.topology.render import ANNOTATION_KEY
 
 OWNERSHIP_ANNOTATION = "nvidia.com/gfd.labels"
 NFD_OWNERSHIP_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
 NFD_DEFAULT_PREFIX = "feature.node.kubernetes.io/"
 TOPOLOGY_ANNOTATION = ANNOTATION_KEY
-#: The node annotations gfd owns, besides its ownership annotation.
-OWNED_ANNOTATIONS = frozenset({TOPOLOGY_ANNOTATION, TIMESTAMP_KEY})
+#: The node annotations gfd owns, besides its ownership annotation: the topology matrix,
+#: the GPUs' identity (:mod:`gfd.sinks.node_identity`) and the optional timestamp.
+OWNED_ANNOTATIONS = frozenset({TOPOLOGY_ANNOTATION, IDENTITY_ANNOTATION, TIMESTAMP_KEY})
 #: Values a JSON Patch ``test`` can guard. kube-apiserver's JSON Patch library compares
 #: the raw JSON bytes of the value as the server encodes the object with those the client
 #: sent; Go's encoder escapes ``<``, ``>`` and ``&`` and writes non-ASCII as UTF-8, where

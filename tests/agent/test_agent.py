@@ -15,6 +15,7 @@ from gfd.labels import LabelOptions
 from gfd.metrics import AgentTelemetry
 from gfd.sinks import Publication
 from gfd.sinks.featurefile import FeatureFileSink
+from gfd.sinks.node_identity import identity_annotation
 from tests.factories import make_facts, make_gpu
 
 
@@ -101,7 +102,10 @@ def test_cycle_publishes_labels_and_annotations() -> None:
     assert sink.current.labels["nvidia.com/gpu.count"] == "2"
     assert sink.current.labels["nvidia.com/gpu.interconnect"] == "test"
     assert sink.current.labels["nvidia.com/gfd.timestamp"] == "1700000000"
-    assert sink.current.annotations == {"nvidia.com/gpu.topology": "{}"}
+    assert sink.current.annotations == {
+        "nvidia.com/gpu.topology": "{}",
+        "nvidia.com/gpu.devices": identity_annotation(GOOD)["nvidia.com/gpu.devices"],
+    }
 
 
 def test_every_sink_gets_the_timestamp_label(tmp_path: Path) -> None:
@@ -332,7 +336,8 @@ def test_a_broken_topology_withholds_only_the_topology_labels() -> None:
             ("nvidia.com/gpu.interconnect", "nvidia.com/gpu.nvlink", "nvidia.com/gpu.pcie")
         )
     ]
-    assert sink.current.annotations == {}
+    # Only the matrix is withheld: the GPUs' identity needs no topology.
+    assert set(sink.current.annotations) == {"nvidia.com/gpu.devices"}
     withheld = [event for event in log.events if event[1].startswith("topology labels withheld")]
     assert len(withheld) == 1, "logged once per distinct reason, not once per cycle"
     assert withheld[0][0] == "error"

@@ -430,6 +430,8 @@ def expected_facts(
                 "index": nvml_index,
                 "name": cfg["name"],
                 "uuid": uuid,
+                # device.go GetSerial: the config's serial; empty or absent is NOT_SUPPORTED.
+                "serial": str(cfg.get("serial") or "").strip() or None,
                 "bus_id": nvml_bus_id(bus_id),
                 "pci_device_id": pci_device_id or None,
                 "pci_class": SYSFS_PCI_CLASS if sysfs_bus_id(bus_id) in sysfs_numa else None,

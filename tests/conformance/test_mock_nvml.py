@@ -76,7 +76,7 @@ MACHINES = (
 #: exactly one family or in NOT_FROM_THE_MOCK (test_every_fact_has_a_family).
 FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "system": (("driver_version", "cuda_driver_version"), ("index",)),
-    "identity": ((), ("name", "uuid", "bus_id", "pci_device_id")),
+    "identity": ((), ("name", "uuid", "serial", "bus_id", "pci_device_id")),
     "memory": ((), ("memory_total_bytes",)),
     "compute": ((), ("compute_major", "compute_minor", "architecture", "brand")),
     "sysfs": ((), ("pci_class", "numa_node")),

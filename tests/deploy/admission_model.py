@@ -40,6 +40,7 @@ GFD_ANNOTATIONS = frozenset(
         "nvidia.com/gfd.labels",
         "nvidia.com/gfd.taints",
         "nvidia.com/gfd.timestamp",
+        "nvidia.com/gpu.devices",
         "nvidia.com/gpu.topology",
     }
 )
@@ -87,8 +88,11 @@ HEALTH_REASONS = frozenset(
         "GPULost",
         "DevicePluginMissing",
         "AllocatableMismatch",
+        "FabricNotReady",
+        "FabricDegraded",
         "NVLinkDegraded",
         "XidError",
+        "XidStorm",
         "GPUMemoryFailure",
         "GPUResetRequired",
         "UncorrectableECC",
@@ -214,7 +218,8 @@ NODE_LABELS = "gfd may add, change or remove only node labels under nvidia.com/"
 NODE_OPERATOR = "gfd may not add, change or remove the GPU Operator's control labels"
 NODE_ANNOTATIONS = (
     "gfd may add, change or remove only its own node annotations (nvidia.com/gfd.labels, "
-    "nvidia.com/gfd.taints, nvidia.com/gfd.timestamp, nvidia.com/gpu.topology)"
+    "nvidia.com/gfd.taints, nvidia.com/gfd.timestamp, nvidia.com/gpu.devices, "
+    "nvidia.com/gpu.topology)"
 )
 NODE_FOREIGN_TAINTS = (
     "gfd may add, change or remove only its own taint nvidia.com/gpu.health; "
@@ -249,10 +254,11 @@ HEALTH_FOREIGN_CONDITIONS = (
     "every other condition must stay as it is"
 )
 HEALTH_CONDITION_SHAPE = (
-    "gfd's GPUHealthy condition must be one entry with status True or False and one of "
-    "gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, AllocatableMismatch, "
-    "NVLinkDegraded, XidError, GPUMemoryFailure, GPUResetRequired, UncorrectableECC, "
-    "PCIeLinkDegraded, PCIeReplaysRising)"
+    "gfd's GPUHealthy condition must be one entry with status True or False and one "
+    "of gfd's reasons (GPUsHealthy, GPULost, DevicePluginMissing, "
+    "AllocatableMismatch, FabricNotReady, FabricDegraded, NVLinkDegraded, XidError, "
+    "XidStorm, GPUMemoryFailure, GPUResetRequired, UncorrectableECC, PCIeLinkDegraded, "
+    "PCIeReplaysRising)"
 )
 HEALTH_STATUS_FIELDS = (
     "gfd may change only the GPUHealthy condition of a node's status, no other status field"

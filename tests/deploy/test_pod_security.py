@@ -7,6 +7,7 @@ vGPU detection) are asserted exactly, so no other overlay can drift into them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,3 +178,32 @@ def test_daemonset_rolls_out_gradually() -> None:
     assert daemonset["spec"]["updateStrategy"]["type"] == "RollingUpdate"
     selector = daemonset["spec"]["selector"]["matchLabels"]
     assert selector.items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_the_kernel_log_component_adds_exactly_what_reading_dev_kmsg_needs(
+    tmp_path: Path,
+) -> None:
+    """deploy/components/kernel-log: the only component that makes gfd privileged, and
+    only for /dev/kmsg (the device cgroup; uid 0 for CAP_SYSLOG); everything else of the
+    pod stays as the overlay has it."""
+    from tests.helm.chart import render_with_components
+
+    plain = pod_spec(workload(render("standalone")))
+    spec = pod_spec(workload(render_with_components(tmp_path, "standalone", ("kernel-log",))))
+    context = spec["containers"][0]["securityContext"]
+    assert (context["privileged"], context["allowPrivilegeEscalation"]) == (True, True)
+    assert (spec["securityContext"]["runAsNonRoot"], spec["securityContext"]["runAsUser"]) == (
+        False,
+        0,
+    )
+    assert {"name": "kernel-log", "mountPath": "/dev/kmsg", "readOnly": True} in spec["containers"][
+        0
+    ]["volumeMounts"]
+    assert {"name": "kernel-log", "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"}} in spec[
+        "volumes"
+    ]
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        assert not spec.get(key, False), key
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == plain["containers"][0]["securityContext"]["capabilities"]
+    assert args_of(workload(render("standalone"))) == spec["containers"][0]["args"]

@@ -65,6 +65,11 @@ def node(allocatable: dict[str, str] | None = None, **status: Any) -> dict[str, 
     return body
 
 
+#: A PCIe card whose NVLinks are bridges to another card: the nvlink check expects no
+#: count of it (gfd.health.checks.nvlink), so its links are judged only as seen earlier.
+BRIDGED_CARD = "NVIDIA A100 80GB PCIe"
+
+
 def links(*states: bool) -> tuple[NvLink, ...]:
     return tuple(NvLink(index=i, active=up) for i, up in enumerate(states))
 

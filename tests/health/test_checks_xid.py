@@ -9,9 +9,12 @@ and the simulator end to end in tests/health/test_xid_memory_agent.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gfd.config.values import XidThreshold
+from gfd.facts import Gpu
 from gfd.health import (
     CANNOT_DECIDE,
     FAILING,
@@ -51,10 +54,16 @@ class Source:
     #: What each drain allowed: to start the watcher, or not.
     starts: list[bool] = field(default_factory=list)
 
-    def drain(self, *, start: bool = True) -> tuple[XidEvent, ...]:
+    def drain(self, *, start: bool = True, gpus: Sequence[Gpu] = ()) -> tuple[XidEvent, ...]:
         self.starts.append(start)
         events, self.arriving = tuple(self.arriving), []
         return events
+
+
+def wall_clock_of(clock: Clock) -> Callable[[], float]:
+    """The wall clock that goes with the check's ``clock``: at T0 when the test starts."""
+    start = clock.now
+    return lambda: T0 + (clock.now - start)
 
 
 def monitor(
@@ -67,11 +76,14 @@ def monitor(
     log: Log | None = None,
     previous: HealthMonitor | None = None,
 ) -> HealthMonitor:
-    rules = EventRules(xid_events=source, fatal_xids=fatal, hold=hold)
+    clock = clock or Clock()
+    rules = EventRules(
+        xid_events=source, fatal_xids=fatal, hold=hold, wall_clock=wall_clock_of(clock)
+    )
     return HealthMonitor(
         sysfs_root=tmp_path,
         checks=[XID],
-        clock=clock or Clock(),
+        clock=clock,
         events=rules,
         log=log,
         previous=previous,
@@ -166,7 +178,7 @@ def test_the_hold_is_per_gpu(tmp_path: Path) -> None:
     checks = monitor(tmp_path, source, clock, hold=600)
     assert len(observe(checks)[1]) == 1
     clock.now += 500
-    source.arriving = [xid(1, 79)]
+    source.arriving = [xid(1, 79, T0 + 500)]
     assert len(observe(checks)[1]) == 2
     clock.now += 100
     _, messages, _ = observe(checks)
@@ -247,3 +259,131 @@ def test_a_reload_keeps_the_xids_held(tmp_path: Path) -> None:
     assert observe(second)[0] == FAILING
     clock.now += 600
     assert observe(second)[0] == OK
+
+
+# --------------------------------------------------------------------------- Xid storms
+
+STORM = XidThreshold(xids=frozenset({13, 31, 43}), count=10, window=300.0)
+
+
+def storm_monitor(
+    tmp_path: Path,
+    source: Source,
+    clock: Clock,
+    *,
+    rules: tuple[XidThreshold, ...] = (STORM,),
+    hold: float | None = None,
+    previous: HealthMonitor | None = None,
+) -> HealthMonitor:
+    events = EventRules(
+        xid_events=source, hold=hold, thresholds=rules, wall_clock=wall_clock_of(clock)
+    )
+    return HealthMonitor(
+        sysfs_root=tmp_path, checks=[XID], clock=clock, events=events, previous=previous
+    )
+
+
+def test_ignored_xids_that_reach_the_count_within_the_window_are_a_storm(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source([xid(2, 13, T0 + 30 * i) for i in range(9)])
+    checks = storm_monitor(tmp_path, source, clock)
+    # Nine within 5 minutes: each an application's fault, no storm yet.
+    assert observe(checks) == (OK, [], "")
+    clock.now += 270
+    source.arriving = [xid(2, 43, T0 + 270)]
+    (result,) = checks.observe(FACTS).results
+    assert result.state == FAILING
+    assert [(p.reason, p.message) for p in result.problems] == [
+        (
+            "XidStorm",
+            "GPU 2 (0000:1d:00.0): Xid storm, 10 of Xid 13, 43 (at least 10 within 5m), "
+            f"first {utc(T0)}, last {utc(T0 + 270)}",
+        )
+    ]
+    # It goes on: each further Xid of the rule is counted.
+    source.arriving = [xid(2, 31, T0 + 280)]
+    assert observe(checks)[1][0].startswith("GPU 2 (0000:1d:00.0): Xid storm, 11 of Xid 13, 31, 43")
+
+
+def test_the_same_count_spread_wider_than_the_window_is_no_storm(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source()
+    checks = storm_monitor(tmp_path, source, clock)
+    for i in range(30):
+        clock.now += 40
+        source.arriving = [xid(0, 13, T0 + 40 * (i + 1))]
+        assert observe(checks)[0] == OK
+
+
+def test_xids_a_rule_does_not_name_and_other_gpus_do_not_count(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source(
+        [xid(0, 13, T0)] * 5 + [xid(1, 13, T0)] * 5 + [xid(0, 68, T0)] * 20  # 68: not named
+    )
+    assert observe(storm_monitor(tmp_path, source, clock))[0] == OK
+
+
+def test_a_rule_of_every_ignored_xid(tmp_path: Path) -> None:
+    every = XidThreshold(xids=None, count=3, window=60.0)
+    clock = Clock()
+    source = Source([xid(1, 13, T0), xid(1, 68, T0 + 1), xid(1, 109, T0 + 2)])
+    _, messages, _ = observe(storm_monitor(tmp_path, source, clock, rules=(every,)))
+    assert messages == [
+        f"GPU 1 (0000:1c:00.0): Xid storm, 3 of Xid 13, 68, 109 (at least 3 within 1m), "
+        f"first {utc(T0)}, last {utc(T0 + 2)}"
+    ]
+
+
+def test_a_storm_is_held_as_a_fatal_xid_and_both_are_reported(tmp_path: Path) -> None:
+    clock = Clock()
+    source = Source([xid(3, 13, T0 + i) for i in range(10)] + [xid(3, 79, T0 + 10)])
+    checks = storm_monitor(tmp_path, source, clock, hold=600)
+    state, messages, _ = observe(checks)
+    assert state == FAILING
+    assert [message.split(", ")[0] for message in messages] == [
+        "GPU 3 (0000:1e:00.0): Xid 79",
+        "GPU 3 (0000:1e:00.0): Xid storm",
+    ]
+    clock.now += 599
+    assert observe(checks)[0] == FAILING
+    # A storm Xid within the hold starts it again.
+    clock.now += 1
+    source.arriving = [xid(3, 31, T0 + 600)]
+    assert observe(checks)[0] == FAILING
+    clock.now += 599
+    assert observe(checks)[0] == FAILING
+    clock.now += 1
+    assert observe(checks) == (OK, [], "")
+
+
+def test_without_a_hold_a_storm_lasts_for_the_life_of_the_process_and_a_reload(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    source = Source([xid(0, 13, T0 + i) for i in range(10)])
+    checks = storm_monitor(tmp_path, source, clock)
+    assert observe(checks)[0] == FAILING
+    clock.now += 30 * 24 * 3600
+    reloaded = storm_monitor(tmp_path, source, clock, previous=checks)
+    assert observe(reloaded)[0] == FAILING
+
+
+def test_an_xid_that_happened_before_it_arrived_is_held_from_when_it_happened(
+    tmp_path: Path,
+) -> None:
+    """As an Xid the kernel logged before gfd started arrives: its hold runs from then."""
+    clock = Clock()
+    source = Source()
+    checks = storm_monitor(tmp_path, source, clock, hold=600)
+    assert observe(checks)[0] == OK
+    clock.now += 3600
+    # Logged 10 minutes and more ago: its hold is over already.
+    source.arriving = [xid(0, 79, T0 + 3000)]
+    assert observe(checks) == (OK, [], "")
+    # Logged 5 minutes ago: held for the 5 minutes left.
+    source.arriving = [xid(0, 79, T0 + 3300)]
+    assert observe(checks)[0] == FAILING
+    clock.now += 299
+    assert observe(checks)[0] == FAILING
+    clock.now += 1
+    assert observe(checks)[0] == OK

@@ -20,7 +20,7 @@ from gfd.health import (
 )
 from gfd.health.check import Check, CheckResult, CheckSetup, Observation, Problem
 from tests.factories import make_facts, make_gpu
-from tests.health.doubles import links, node, sysfs_for
+from tests.health.doubles import BRIDGED_CARD, links, node, sysfs_for
 
 
 def test_a_failed_read_for_another_reason_decides_nothing(tmp_path: Path) -> None:
@@ -31,9 +31,9 @@ def test_a_failed_read_for_another_reason_decides_nothing(tmp_path: Path) -> Non
 
 def test_a_reload_keeps_the_links_seen_up(tmp_path: Path) -> None:
     first = HealthMonitor(sysfs_root=tmp_path, checks=[NVLINK])
-    first.observe(make_facts([make_gpu(0, nvlinks=links(True, True))]))
+    first.observe(make_facts([make_gpu(0, name=BRIDGED_CARD, nvlinks=links(True, True))]))
     second = HealthMonitor(sysfs_root=tmp_path, checks=[NVLINK], previous=first)
-    down = make_facts([make_gpu(0, nvlinks=links(True, False))])
+    down = make_facts([make_gpu(0, name=BRIDGED_CARD, nvlinks=links(True, False))])
     assert second.observe(down).results[0].state == FAILING
 
 
@@ -124,10 +124,10 @@ def test_a_reload_hands_each_check_its_predecessor(tmp_path: Path) -> None:
 
 def test_a_check_disabled_by_one_reload_remembers_when_the_next_enables_it(tmp_path: Path) -> None:
     first = HealthMonitor(sysfs_root=tmp_path, checks=[NVLINK])
-    first.observe(make_facts([make_gpu(0, nvlinks=links(True, True))]))
+    first.observe(make_facts([make_gpu(0, name=BRIDGED_CARD, nvlinks=links(True, True))]))
     without = HealthMonitor(sysfs_root=tmp_path, checks=[GPU_LOST], previous=first)
     again = HealthMonitor(sysfs_root=tmp_path, checks=[NVLINK], previous=without)
-    down = make_facts([make_gpu(0, nvlinks=links(True, False))])
+    down = make_facts([make_gpu(0, name=BRIDGED_CARD, nvlinks=links(True, False))])
     assert again.observe(down).results[0].state == FAILING
 
 

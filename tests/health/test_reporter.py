@@ -19,7 +19,7 @@ from gfd.health import (
     Transition,
 )
 from tests.factories import make_facts, make_gpu
-from tests.health.doubles import EIGHT, Clock, Log, links, node, sysfs_for
+from tests.health.doubles import BRIDGED_CARD, EIGHT, Clock, Log, links, node, sysfs_for
 
 
 class Writer:
@@ -140,7 +140,7 @@ def test_problems_are_ordered_by_reason_and_the_message_is_bounded(tmp_path: Pat
     clock = Clock()
     writer = Writer(node({"nvidia.com/gpu": "3"}))
     health = reporter(tmp_path, clock, writer)
-    gpus = [make_gpu(i, nvlinks=links(True, True)) for i in range(8)]
+    gpus = [make_gpu(i, name=BRIDGED_CARD, nvlinks=links(True, True)) for i in range(8)]
     health.observe(make_facts(gpus))
     degraded = [dataclasses.replace(g, nvlinks=links(True, False)) for g in gpus[:7]]
     health.observe(make_facts(degraded))

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from gfd.app.health_setup import HealthSetup
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
+from gfd.errors import NvmlGpuLost
 from gfd.health import CONDITION_TYPE, EventRules, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, ConditionWriter, NodeConditionWriter, node_reader
 from gfd.health.taint import TAINT_KEY, HealthOutputs, NodeTaintWriter
@@ -40,6 +42,7 @@ from gfd.metrics import AgentTelemetry
 from gfd.nvml.driver_root import NVML_LIBRARY, this_architecture
 from gfd.nvml.reader import NvmlReader
 from gfd.nvml.xid_events import XidWatcher
+from gfd.nvml.xid_feed import XidFeed
 from gfd.sim import (
     CONFIG_ENV,
     SimulatedMachine,
@@ -50,7 +53,7 @@ from gfd.sim import (
     simulate,
     with_default_memory_health,
 )
-from gfd.sim.faults import NO_FAULTS, CriticalXid, EccRising, Faults, RowRemapping
+from gfd.sim.faults import NO_FAULTS, CriticalXid, EccRising, Faults, GpuLost, RowRemapping
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
 from tests.health.doubles import Clock
@@ -201,7 +204,7 @@ def test_an_xid_79_on_gpu_3_turns_the_condition_within_one_cycle_and_clears_by_t
         healthy = node.condition()
         assert (healthy["status"], healthy["reason"]) == ("True", "GPUsHealthy")
         assert healthy["message"] == (
-            "every GPU health check passes (gpu-lost, device-plugin, nvlink, xid, memory, pcie)"
+            "every GPU health check passes (gpu-lost, device-plugin, fabric, nvlink, xid, memory, pcie)"
         )
         # Steady and healthy, with every check on: no write, one read of the Node.
         emulator.clear_log()
@@ -311,7 +314,7 @@ def test_gpus_without_ecc_leave_the_memory_check_unable_to_decide(
         condition = node.condition()
         assert (condition["status"], condition["reason"]) == ("True", "GPUsHealthy")
         assert condition["message"] == (
-            "every GPU health check passes (gpu-lost, device-plugin, nvlink, xid, pcie); "
+            "every GPU health check passes (gpu-lost, device-plugin, fabric, nvlink, xid, pcie); "
             "cannot decide: memory"
         )
         assert node.gauge("gfd_health_check_cannot_decide", "memory") == 1
@@ -331,6 +334,10 @@ class Log:
         return lambda event, **_fields: self.lines.append((level, event))
 
 
+#: The xid check on NVML's events alone: no kernel log (the host's would be read otherwise).
+NVML_ONLY = Settings(health_kernel_log=None)
+
+
 def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
     with simulate(profile()) as machine:
         read = NodeReader(
@@ -348,7 +355,7 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
             return reporter.monitor.setup.events.xid_events
 
         try:
-            running = watcher_of(Settings())
+            running = watcher_of(NVML_ONLY)
             assert isinstance(running, XidWatcher)
             # Started by the check's first drain, after the cycle's read has asked NVML.
             assert not running.running
@@ -356,13 +363,13 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
             assert running.running
             assert running.on_event == telemetry.xid_error
             # A reload that keeps the check keeps the watcher (and what it queued).
-            assert watcher_of(Settings(health_event_hold=60.0)) is running
+            assert watcher_of(replace(NVML_ONLY, health_event_hold=60.0)) is running
             # One that drops the check closes it.
-            assert watcher_of(Settings(health_checks=("gpu-lost",))) is None
+            assert watcher_of(replace(NVML_ONLY, health_checks=("gpu-lost",))) is None
             assert not running.running
             # A one-shot run starts none.
-            assert watcher_of(Settings(oneshot=True)) is None
-            again = watcher_of(Settings())
+            assert watcher_of(replace(NVML_ONLY, oneshot=True)) is None
+            again = watcher_of(NVML_ONLY)
             assert again is not running
             again.drain()
             assert again.running
@@ -371,6 +378,95 @@ def test_the_watcher_runs_with_the_xid_check_in_a_periodic_run_only() -> None:
         finally:
             setup.close()
     assert log.lines == []
+
+
+def first_cycle_calls_on(gpu: int) -> int:
+    """Calls the first cycle of the agent makes on ``gpu`` of :data:`PROFILE` (the watcher's
+    registration and the reader's first read), counted by a fault that is never due: a
+    GPU lost after N calls answers ``GPU_IS_LOST`` from call N+1 on, so the first N that
+    lets the cycle pass is the count."""
+    low, high = 1, 256
+    while low < high:
+        middle = (low + high) // 2
+        lost = Faults(gpu_lost=(GpuLost(gpu=gpu, after_calls=middle),))
+        with simulate(profile(faults=lost)) as machine:
+            read = NodeReader(
+                sysfs_root=machine.sysfs_root,
+                machine_type_file=machine.machine_type_file,
+                library_path=machine.library_path,
+            )
+            setup = HealthSetup(threading.Event())
+            try:
+                setup.reporter(
+                    Settings(health_kernel_log=None), SinkSet(sinks=[]), read, Log(), None
+                )
+                try:
+                    read()
+                    passed = True
+                except NvmlGpuLost:
+                    passed = False
+            finally:
+                setup.close()
+                read.close()
+        low, high = (low, middle) if passed else (middle + 1, high)
+    return low
+
+
+@pytest.mark.parametrize("due_after", [60, 120])
+def test_an_xid_due_during_the_first_cycles_read_is_reported(due_after: int) -> None:
+    """The issue's case: an Xid 79 on GPU 3 at its 60th call came during the first cycle's
+    read, before the watcher (then started after that read) had registered, and was never
+    reported; at its 120th call (a later read) it was. The watcher now registers as the
+    reader's NVML session starts, before the read asks any GPU: both are reported."""
+    calls = first_cycle_calls_on(3)
+    assert 60 <= calls < 120, f"the first cycle makes {calls} calls on GPU 3"
+    xid_79 = Faults(xid=(CriticalXid(gpu=3, xid=79, after_calls=due_after),))
+    with simulate(profile(faults=xid_79)) as machine:
+        read = NodeReader(
+            sysfs_root=machine.sysfs_root,
+            machine_type_file=machine.machine_type_file,
+            library_path=machine.library_path,
+        )
+        setup = HealthSetup(threading.Event())
+        telemetry = AgentTelemetry(sleep_interval=60)
+        try:
+            reporter = setup.reporter(
+                Settings(health_label=True, health_kernel_log=None),
+                SinkSet(sinks=[]),
+                read,
+                Log(),
+                telemetry,
+            )
+            agent = Agent(
+                read_facts=read,
+                sinks=[],
+                options=LabelOptions(),
+                log=get_logger(),
+                telemetry=telemetry,
+                health=reporter,
+            )
+
+            def received() -> bool:
+                count = telemetry.registry.get_sample_value(
+                    "gfd_gpu_xid_errors_total", {"gpu": "3", "xid": "79"}
+                )
+                return count == 1
+
+            cycles = 0
+            while not received():
+                assert cycles < 10, "the Xid never arrived"
+                assert agent.cycle().ok
+                cycles += 1
+                if due_after < calls:
+                    # Due during the first read: received after it, with no call since.
+                    until(received)
+            if due_after < calls:
+                assert cycles == 1
+            outcome = agent.cycle()
+            assert outcome.labels["nvidia.com/gpu.health"] == "XidError"
+        finally:
+            setup.close()
+            read.close()
 
 
 @pytest.mark.slow
@@ -415,3 +511,48 @@ def test_a_run_under_a_driver_root_watches_xids_and_stops_within_a_second(
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr
     assert took < 1.0, f"stopped after {took:.2f}s"
+
+
+def test_the_kernel_log_joins_the_watcher_and_one_that_cannot_be_read_is_said_once(
+    tmp_path: Path,
+) -> None:
+    """gfd/app's assembly: with --health-kernel-log the xid check drains the watcher joined
+    with the log, kept across reloads (each record is handed on once); a log that cannot be
+    read is one log line, and the check goes on with NVML's events alone; a one-shot run
+    reads the log alone."""
+    log_file = tmp_path / "kmsg"
+    log_file.write_text("")
+    with simulate(profile()) as machine:
+        read = NodeReader(
+            sysfs_root=machine.sysfs_root,
+            machine_type_file=machine.machine_type_file,
+            library_path=machine.library_path,
+        )
+        setup = HealthSetup(threading.Event())
+        log = Log()
+
+        def source_of(settings: Settings) -> Any:
+            reporter = setup.reporter(settings, SinkSet(sinks=[]), read, log, None)
+            assert reporter is not None
+            return reporter.monitor.setup.events.xid_events
+
+        try:
+            with_log = Settings(health_kernel_log=str(log_file))
+            feed = source_of(with_log)
+            assert isinstance(feed, XidFeed) and isinstance(feed.events, XidWatcher)
+            assert source_of(replace(with_log, health_event_hold=60.0)) is feed
+            one_shot = source_of(replace(with_log, oneshot=True))
+            assert isinstance(one_shot, XidFeed) and one_shot.events is None
+            assert log.lines == []
+            missing = Settings(health_kernel_log=str(tmp_path / "no-such-kmsg"))
+            assert isinstance(source_of(missing), XidFeed)
+            assert log.lines == [
+                (
+                    "info",
+                    "kernel log not read: Xids come from NVML's events "
+                    "alone, and those logged before gfd started are not seen",
+                )
+            ]
+        finally:
+            setup.close()
+            read.close()

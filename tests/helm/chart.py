@@ -58,6 +58,7 @@ OVERLAY_VALUES: dict[str, Values] = {
 #: values). The chart must render the same objects as that overlay with those components.
 COMPONENT_VALUES: dict[str, tuple[str, tuple[str, ...], Values]] = {
     "health-taint": ("standalone", ("health-taint",), {"healthTaint": {"enabled": True}}),
+    "kernel-log": ("standalone", ("kernel-log",), {"health": {"kernelLog": {"enabled": True}}}),
 }
 
 SHARING_CONFIG = """\
@@ -100,6 +101,20 @@ MATRIX: dict[str, Values] = {
     "no-admission-policies": {"admissionPolicies": {"enabled": False}},
     "health-off": {"health": {"condition": False}},
     "health-tuned": {"health": {"label": True, "gracePeriod": "90s"}},
+    "health-checks-and-xids": {
+        "health": {
+            "checks": ["gpu-lost", "fabric", "nvlink", "xid"],
+            "resourceSliceInterval": 1000000,
+            "eventHold": "24h",
+            "xids": {
+                "ignored": [13, 31, 43, 45, 68, 109, 61, 62],
+                "fatal": [],
+                "threshold": ["13,31,43:10/5m", "ignored:100/1h"],
+            },
+        }
+    },
+    "health-none": {"health": {"checks": [], "xids": {"ignored": []}}},
+    "health-fatal-xids": {"health": {"xids": {"fatal": [48, 79], "threshold": ["13:5/1m"]}}},
     **{name: values for name, (_, _, values) in COMPONENT_VALUES.items()},
     "health-taint-no-execute": {"healthTaint": {"enabled": True, "effect": "NoExecute"}},
     "on-delete": {"updateStrategy": {"type": "OnDelete"}},

@@ -368,6 +368,66 @@ def test_gfd_accepts_the_health_taint_arguments(helm: Helm, case: str, effect: s
     assert (settings.health_taint, settings.health_taint_effect) == (True, effect)
 
 
+def test_the_health_settings_reach_gfd_as_gfd_reads_them(helm: Helm) -> None:
+    """Every health option has a value; each reaches gfd as an argument its own command
+    line takes to mean that value, and a null (the default) leaves gfd's default."""
+    from gfd.cli import parse_command_line
+    from gfd.config import Settings, resolve_settings
+
+    def settings_of(values: dict[str, Any]) -> Settings:
+        _, explicit = parse_command_line(args_of(workload(helm.template(values))))
+        return resolve_settings(explicit, {"NODE_NAME": "gpu-1"})
+
+    tuned = settings_of(dict(MATRIX["health-checks-and-xids"]))
+    assert tuned.health_checks == ("gpu-lost", "fabric", "nvlink", "xid")
+    assert tuned.health_resource_slice_interval == 1000000
+    assert tuned.health_event_hold == 24 * 3600
+    assert tuned.health_ignored_xids == (13, 31, 43, 45, 61, 62, 68, 109)
+    assert tuned.health_fatal_xids == ()
+    assert [rule.describe() for rule in tuned.health_xid_threshold] == [
+        "13,31,43:10/5m",
+        "ignored:100/1h",
+    ]
+    none = settings_of(dict(MATRIX["health-none"]))
+    assert (none.health_checks, none.health_ignored_xids) == ((), ())
+    fatal = settings_of(dict(MATRIX["health-fatal-xids"]))
+    assert fatal.health_fatal_xids == (48, 79)
+    assert [rule.describe() for rule in fatal.health_xid_threshold] == ["13:5/1m"]
+    assert settings_of({}) == settings_of(
+        {
+            "health": {
+                "checks": None,
+                "resourceSliceInterval": None,
+                "eventHold": None,
+                "xids": {"ignored": None, "fatal": None, "threshold": []},
+            }
+        }
+    )
+    assert not [a for a in _health_args(helm.template({})) if "xid" in a or "checks" in a]
+
+
+def test_the_kernel_log_is_an_opt_in_with_the_privilege_it_needs(helm: Helm) -> None:
+    default = workload(helm.template({}))
+    container = pod_spec(default)["containers"][0]
+    assert container["securityContext"]["privileged"] is False
+    assert all(volume["name"] != "kernel-log" for volume in pod_spec(default)["volumes"])
+    enabled = workload(helm.template(MATRIX["kernel-log"]))
+    spec = pod_spec(enabled)
+    container = spec["containers"][0]
+    assert container["securityContext"]["privileged"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is True
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert {"name": "kernel-log", "mountPath": "/dev/kmsg", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {
+        "name": "kernel-log",
+        "hostPath": {"path": "/dev/kmsg", "type": "CharDevice"},
+    } in spec["volumes"]
+    # gfd reads /dev/kmsg by default: no argument is needed.
+    assert not [a for a in args_of(enabled) if a.startswith("--health-kernel-log")]
+
+
 def test_without_the_node_sink_no_taint_toleration_nor_slices(helm: Helm) -> None:
     objects = helm.template(MATRIX["node-feature-api"])
     assert (
@@ -446,6 +506,17 @@ REFUSED = [
     ({"cleanup": {"onUninstall": "yes"}}, "/cleanup/onUninstall"),
     ({"cleanup": {"timeoutSeconds": 5}}, "/cleanup/timeoutSeconds"),
     ({"cleanup": {"timeout": "5m"}}, "timeout"),
+    ({"health": {"checks": ["gpu-lost", "xids"]}}, "/health/checks/1"),
+    ({"health": {"checks": "nvlink"}}, "/health/checks"),
+    ({"health": {"resourceSliceInterval": 0}}, "/health/resourceSliceInterval"),
+    ({"health": {"eventHold": "1 day"}}, "/health/eventHold"),
+    ({"health": {"xids": {"ignored": [13, 0]}}}, "/health/xids/ignored/1"),
+    ({"health": {"xids": {"fatal": ["79"]}}}, "/health/xids/fatal/0"),
+    ({"health": {"xids": {"threshold": ["13:10"]}}}, "/health/xids/threshold/0"),
+    ({"health": {"xids": {"threshold": "13:10/5m"}}}, "/health/xids/threshold"),
+    ({"health": {"xids": {"storm": []}}}, "storm"),
+    ({"health": {"kernelLog": {"enabled": "yes"}}}, "/health/kernelLog/enabled"),
+    ({"health": {"kernelLog": {"path": "/var/log/kern.log"}}}, "path"),
 ]
 
 

@@ -7,6 +7,8 @@ and each says why.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 import time
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from gfd.errors import SinkError, SinkPermanentError
 from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
+from gfd.sim import load_profile
 from gfd.sinks import Publication
 from gfd.sinks.node import (
     NFD_OWNERSHIP_ANNOTATION,
@@ -24,7 +27,9 @@ from gfd.sinks.node import (
     TOPOLOGY_ANNOTATION,
     NodeSink,
 )
+from gfd.sinks.node_identity import IDENTITY_ANNOTATION, identity_annotation
 from tests.emulator import ApiServerEmulator, Fault, Principal, seed_gfd_cluster
+from tests.factories import make_facts
 from tests.kube.conftest import FAST_RETRIES, NODE, TOKEN
 from tests.kube.servers import NODES, ApiServer, node_annotations, node_labels, writes
 
@@ -432,3 +437,35 @@ def test_a_stale_cached_read_right_after_a_write_orphans_no_label(
             (r.method, r.status) for r in lagging.requests if r.path.startswith("/api/v1/nodes")
         ]
         assert ("PATCH", 409) in statuses, statuses
+
+
+def test_the_gpus_identity_is_written_when_it_changes_and_removed_with_the_last_gpu(
+    api: ApiServer, api_client: KubeClient, stop: threading.Event
+) -> None:
+    """``nvidia.com/gpu.devices`` (gfd/sinks/node_identity.py) is one of the annotations the
+    node sink owns: written once, not again while the GPUs stay, rewritten when a GPU is
+    replaced (a new UUID and serial), removed when the node has no GPU left."""
+    facts = load_profile("dgx-h100").facts
+    sink = sink_for(api_client, stop)
+    assert sink.publish(publication(**identity_annotation(facts))) is True
+    written = node_annotations(api, NODE)[IDENTITY_ANNOTATION]
+    assert json.loads(written)["devices"][3]["serial"] == "0123456102003"
+    api.clear_log()
+    assert sink.publish(publication(**identity_annotation(facts))) is False
+    assert writes(api) == []
+
+    replaced = dataclasses.replace(
+        facts.gpus[3], uuid="GPU-00000000-0000-0000-0000-00000000d003", serial="0123456102999"
+    )
+    swapped = dataclasses.replace(facts, gpus=(*facts.gpus[:3], replaced, *facts.gpus[4:]))
+    assert sink.publish(publication(**identity_annotation(swapped))) is True
+    assert json.loads(node_annotations(api, NODE)[IDENTITY_ANNOTATION])["devices"][3] == {
+        "index": 3,
+        "uuid": "GPU-00000000-0000-0000-0000-00000000d003",
+        "pcieBusID": "0000:61:00.0",
+        "serial": "0123456102999",
+        "productName": "NVIDIA H100 80GB HBM3",
+    }
+
+    assert sink.publish(publication(**identity_annotation(make_facts([])))) is True
+    assert IDENTITY_ANNOTATION not in node_annotations(api, NODE)

@@ -28,6 +28,7 @@ from gfd.sim.faults.delays import DELAYS, CallDelay
 from gfd.sim.faults.driver_not_loaded_inits import DRIVER_NOT_LOADED_INITS
 from gfd.sim.faults.ecc_rising import ECC_RISING, EccRising
 from gfd.sim.faults.errors import ERRORS, CallError
+from gfd.sim.faults.fabric import FABRIC, FabricChange
 from gfd.sim.faults.gpu_lost import GPU_LOST, GpuLost
 from gfd.sim.faults.gpu_vanished import GPU_VANISHED, GpuVanished
 from gfd.sim.faults.kind import KIND_METADATA, FaultKind, registered
@@ -38,6 +39,7 @@ from gfd.sim.faults.pcie_replays import PCIE_REPLAYS, PcieReplays
 from gfd.sim.faults.primitives import MAX_DELAY_SECONDS, Primitive, check_primitives
 from gfd.sim.faults.remapped_rows import REMAPPED_ROWS, RowRemapping
 from gfd.sim.faults.xid import XID, CriticalXid
+from gfd.sim.faults.xid_storm import XID_STORM, XidStorm
 
 __all__ = [
     "EXPORTED_CALLS",
@@ -49,6 +51,7 @@ __all__ = [
     "CallError",
     "CriticalXid",
     "EccRising",
+    "FabricChange",
     "Faults",
     "GpuLost",
     "GpuVanished",
@@ -56,6 +59,7 @@ __all__ = [
     "PcieLinkDown",
     "PcieReplays",
     "RowRemapping",
+    "XidStorm",
     "check_faults",
     "fault_records",
     "faults_to_dict",
@@ -83,6 +87,8 @@ class Faults:
     ecc_rising: tuple[EccRising, ...] = registered(ECC_RISING)
     pcie_link_down: tuple[PcieLinkDown, ...] = registered(PCIE_LINK_DOWN)
     pcie_replays: tuple[PcieReplays, ...] = registered(PCIE_REPLAYS)
+    fabric: tuple[FabricChange, ...] = registered(FABRIC)
+    xid_storm: tuple[XidStorm, ...] = registered(XID_STORM)
 
 
 NO_FAULTS = Faults()

@@ -62,7 +62,7 @@ health.condition is false (null: gfd's default, on).
 
 {{/* Whether the pod runs as uid 0: the feature file and vGPU detection need it. */}}
 {{- define "gfd.runsAsRoot" -}}
-{{- if or .Values.sinks.featureFile.enabled .Values.vgpu.enabled -}}true{{- end -}}
+{{- if or .Values.sinks.featureFile.enabled .Values.vgpu.enabled .Values.health.kernelLog.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* Name of the ConfigMap holding gfd's config files, or "" when there is none. */}}
