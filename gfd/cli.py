@@ -46,9 +46,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: The subcommands, ``run`` first: it is the default.
-COMMANDS = ("run", "labels", "facts", "topo")
+COMMANDS = ("run", "labels", "facts", "topo", "cleanup", "doctor")
 #: Subcommands that print what they read and take ``--format``.
-FORMATTED_COMMANDS = ("facts", "topo")
+FORMATTED_COMMANDS = ("facts", "topo", "doctor")
+#: Flags of one subcommand that are no setting (argparse refuses them elsewhere).
+_SUBCOMMAND_VALUE_FLAGS = ("--format", "--wait-for-pods", "--from-pid")
+_SUBCOMMAND_BOOL_FLAGS = ("--all-nodes",)
 #: The flags that are no setting and take no value: help and version.
 _OTHER_FLAGS = ("-h", "--help", "--version")
 
@@ -179,8 +182,10 @@ def check_words(argv: Sequence[str]) -> None:
     """
     value_flags = {
         flag for option in OPTIONS if option.kind != "bool" for flag in _setting_flags(option)
-    } | {"--format"}
-    bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"}
+    } | set(_SUBCOMMAND_VALUE_FLAGS)
+    bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"} | set(
+        _SUBCOMMAND_BOOL_FLAGS
+    )
     command: str | None = None
     format_given = False
     bare_bool: str | None = None
@@ -213,7 +218,7 @@ def check_words(argv: Sequence[str]) -> None:
         )
     if format_given and command not in FORMATTED_COMMANDS:
         raise UsageError(
-            f"--format applies to {' and '.join(FORMATTED_COMMANDS)} only "
+            f"--format applies to {', '.join(FORMATTED_COMMANDS)} only "
             f"(gfd facts --format json), not to {command or 'run'}"
         )
 

@@ -48,7 +48,10 @@ GFD_LABELS = {
     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     "nvidia.com/gpu.interconnect": "nvswitch",
 }
-GFD_ANNOTATIONS = {"nvidia.com/gpu.topology": "GPU0 GPU1\nX NV18"}
+GFD_ANNOTATIONS = {
+    "nvidia.com/gpu.topology": "GPU0 GPU1\nX NV18",
+    "nvidia.com/gpu.devices": '{"v":1,"devices":[{"index":0,"uuid":"GPU-0"}]}',
+}
 #: What others put there, which must survive the cleanup.
 ADMIN_LABELS = {"kubernetes.io/hostname": NODE, "nvidia.com/gpu.present": "true"}
 NFD_LABEL = ("nvidia.com/gpu.family", "hopper")
@@ -141,12 +144,16 @@ def test_cleanup_takes_off_exactly_what_gfd_put_on_the_node(
     assert node["spec"]["taints"] == [OTHER_TAINT]
     assert node["status"]["conditions"] == [READY]
     assert result.labels == tuple(sorted(GFD_LABELS))
-    assert result.annotations == ("nvidia.com/gfd.labels", "nvidia.com/gpu.topology")
+    assert result.annotations == (
+        "nvidia.com/gfd.labels",
+        "nvidia.com/gpu.devices",
+        "nvidia.com/gpu.topology",
+    )
     assert result.taint == "nvidia.com/gpu.health=GPULost:NoSchedule"
     assert result.condition is True
     assert result.describe() == (
-        f"{NODE}: removed 3 labels; 2 annotations (nvidia.com/gfd.labels, "
-        "nvidia.com/gpu.topology); the taint nvidia.com/gpu.health=GPULost:NoSchedule; "
+        f"{NODE}: removed 3 labels; 3 annotations (nvidia.com/gfd.labels, "
+        "nvidia.com/gpu.devices, nvidia.com/gpu.topology); the taint nvidia.com/gpu.health=GPULost:NoSchedule; "
         "the GPUHealthy condition"
     )
     # Three writes (metadata, taint, condition), each with the cleanup's own rights.

@@ -74,6 +74,20 @@ def _feature_file_written(settings: Settings) -> bool:
     return not settings.no_output_file and settings.output_file not in ("", "-")
 
 
+def _xids_seen(settings: Settings) -> bool:
+    """Whether the xid check sees any Xid: a periodic run watches NVML's events; a one-shot
+    run sees only the kernel log's (read since boot)."""
+    if XID_CHECK not in settings.health_checks:
+        return False
+    return not settings.oneshot or settings.health_kernel_log is not None
+
+
+_NO_XIDS = (
+    "without the xid check, or with --oneshot and --health-kernel-log none (one cycle "
+    "receives no NVML event, so only the kernel log's Xids reach it)"
+)
+
+
 def _kubernetes_used(settings: Settings) -> bool:
     return settings.patch_node or settings.use_node_feature_api
 
@@ -150,18 +164,29 @@ RUN_IDLE_RULES: tuple[IdleRule, ...] = (
     ),
     IdleRule(
         "health_ignored_xids",
-        lambda s: s.oneshot or XID_CHECK not in s.health_checks,
-        "with --oneshot (no Xid event is watched in one cycle) or without the xid check",
+        lambda s: not _xids_seen(s),
+        _NO_XIDS,
     ),
     IdleRule(
         "health_fatal_xids",
-        lambda s: s.oneshot or XID_CHECK not in s.health_checks,
-        "with --oneshot (no Xid event is watched in one cycle) or without the xid check",
+        lambda s: not _xids_seen(s),
+        _NO_XIDS,
+    ),
+    IdleRule(
+        "health_xid_threshold",
+        lambda s: not _xids_seen(s),
+        _NO_XIDS,
+    ),
+    IdleRule(
+        "health_kernel_log",
+        lambda s: XID_CHECK not in s.health_checks,
+        "without the xid check (it alone reads the kernel log)",
     ),
     IdleRule(
         "health_event_hold",
-        lambda s: s.oneshot or not {XID_CHECK, MEMORY_CHECK} & set(s.health_checks),
-        "with --oneshot (one cycle sees no event to hold) or without the xid and memory checks",
+        lambda s: not _xids_seen(s) and (s.oneshot or MEMORY_CHECK not in s.health_checks),
+        "without an event to hold: no xid check that sees Xids (in a one-shot run only the "
+        "kernel log's reach it), and no memory check over several cycles",
     ),
     IdleRule(
         "health_pcie_replay_rate",

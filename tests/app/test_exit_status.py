@@ -127,10 +127,12 @@ FAULTS = {
         "NVML nvmlDeviceGetUUID failed: NVML_ERROR_GPU_IS_LOST",
         faults="faults:\n  gpu_lost:\n  - {gpu: 0, after_calls: 2}\n",
     ),
+    # features.d is a regular file here: gfd makes a missing folder, not one where a file is.
     "output-unwritable": Fault(
         ("--simulate", "{machine}"),
         {"oneshot": EXIT_FAILED},
-        "feature-file: feature file {tmp}/features.d/gfd: cannot create a temporary file",
+        "feature-file: feature file {tmp}/features.d/gfd: cannot create a temporary file in "
+        "{tmp}/features.d: Not a directory",
     ),
 }
 
@@ -178,7 +180,9 @@ def test_each_class_of_fault_exits_as_the_table_says_with_one_line(
 ) -> None:
     (tmp_path / "empty-root").mkdir()
     if fault.statuses.keys() != {"oneshot"}:
-        (tmp_path / "features.d").mkdir()  # only the unwritable-output class lacks it
+        (tmp_path / "features.d").mkdir()
+    else:  # the unwritable-output class: a file stands where the folder would be made
+        (tmp_path / "features.d").write_text("")
     for name, text in fault.files.items():
         (tmp_path / name).write_text(text)
     machine = quiet_machine(tmp_path, "t4-single", "machine", fault.faults)

@@ -32,6 +32,8 @@ SAMPLE = {
     "xids": "13",
     "checks": "gpu-lost",
     "log-level": "info",
+    "optional-path": "/dev/kmsg",
+    "xid-thresholds": "13:10/5m",
 }
 
 
@@ -121,9 +123,18 @@ def test_what_a_printing_subcommand_uses_is_accepted(command: str, tmp_path: Pat
         (["--health-condition"], "--health-condition has no effect without --patch-node"),
         (["--health-label", "--health-checks", "none"], "--health-label has no effect with --health-checks none"),
         (["--health-grace-period", "1m"], "--health-grace-period has no effect without --patch-node"),
-        (["--oneshot", "--health-ignored-xids", "13"], "--health-ignored-xids has no effect with --oneshot"),
+        (
+            ["--oneshot", "--health-kernel-log", "none", "--health-ignored-xids", "13"],
+            "--health-ignored-xids has no effect without the xid check, or with --oneshot and "
+            "--health-kernel-log none",
+        ),
         (["--health-checks", "gpu-lost", "--health-fatal-xids", "79"], "--health-fatal-xids has no effect"),
-        (["--oneshot", "--health-event-hold", "1h"], "--health-event-hold has no effect with --oneshot"),
+        (
+            ["--oneshot", "--health-kernel-log", "none", "--health-event-hold", "1h"],
+            "--health-event-hold has no effect without an event to hold",
+        ),
+        (["--health-checks", "gpu-lost", "--health-kernel-log", "none"], "--health-kernel-log has no effect without the xid check"),
+        (["--health-checks", "gpu-lost", "--health-xid-threshold", "13:10/5m"], "--health-xid-threshold has no effect"),
         (
             ["--patch-node", "--node-name", "n", "--oneshot", "--health-resource-slice-interval", "2"],
             "--health-resource-slice-interval has no effect outside a periodic run",
@@ -163,7 +174,8 @@ def test_the_same_settings_from_environment_or_config_file_are_not_judged(tmp_pa
     config.write_text("version: v1\nflags: {gfd: {oneshot: true, metricsAddress: ':8079'}}\n")
     assert judge(["--config-file", str(config)]) == IdleFlags()
     # ... but a flag judged against the file's settings is: the file made it a one-shot.
-    assert judge(["--config-file", str(config), "--health-event-hold", "1h"]).errors
+    hold = ["--health-kernel-log", "none", "--health-event-hold", "1h"]
+    assert judge(["--config-file", str(config), *hold]).errors
 
 
 def test_a_boolean_flag_set_false_asks_for_nothing() -> None:
@@ -175,7 +187,8 @@ def test_a_boolean_flag_set_false_asks_for_nothing() -> None:
 
 
 def test_several_flags_without_effect_make_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["--oneshot", "--metrics-address", ":1", "--health-event-hold", "1h"], env={})
+    argv = ["--oneshot", "--metrics-address", ":1", "--health-kernel-log", "none"]
+    code = main([*argv, "--health-event-hold", "1h"], env={})
     assert code == 2
     assert capsys.readouterr().err == (
         "gfd: error: --metrics-address has no effect with --oneshot: the run ends before "
