@@ -51,6 +51,8 @@ class GpuStatic:
     ecc_enabled: Any = UNREAD
     remapped_rows_supported: bool | None = None
     retired_pages_supported: bool | None = None
+    #: nvmlDeviceGetVirtualizationMode (None: not reported); see gfd.nvml.vgpu.
+    virtualization_mode: int | None = None
 
 
 @dataclass
