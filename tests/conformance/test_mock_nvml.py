@@ -84,6 +84,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "nvlink": ((), ("nvlink_version", "nvlinks")),
     "fabric": ((), ("fabric",)),
     "memory_health": ((), ("memory_health",)),
+    "virtualization": ((), ("virtualization_mode",)),
     "topology": (("pci_pairs", "nvlink_p2p"), ()),
     "vgpu": (("vgpu",), ()),
 }
