@@ -168,6 +168,9 @@ def test_device_identity_matches_the_profile(nvml: ModuleType) -> None:
             assert nvml.nvmlDeviceGetBrand(handle) == pynvml.NVML_BRAND_NVIDIA
             assert nvml.nvmlDeviceGetComputeMode(handle) == pynvml.NVML_COMPUTEMODE_DEFAULT
             assert nvml.nvmlDeviceGetDisplayMode(handle) == pynvml.NVML_FEATURE_DISABLED
+            # A DGX H100 is bare metal.
+            assert gpu.virtualization_mode == pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE
+            assert nvml.nvmlDeviceGetVirtualizationMode(handle) == gpu.virtualization_mode
             assert nvml.nvmlDeviceGetMigMode(handle) == [0, 0]
         nvml.nvmlShutdown()
 
