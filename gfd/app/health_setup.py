@@ -84,6 +84,7 @@ class HealthSetup:
                 fatal_xids=frozenset(settings.health_fatal_xids),
                 hold=settings.health_event_hold,
             ),
+            one_shot=settings.oneshot,
         )
         read_node = writer = None
         if node_sink is not None:

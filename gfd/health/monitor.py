@@ -2,8 +2,13 @@
 
 It knows no check by name: what it runs is :data:`gfd.health.registry.REGISTRY` filtered
 by the configuration, in the registry's order. It holds what outlives a configuration —
-the checks themselves (each with what it remembers) and the GPU names their messages use
-— and hands it to the next monitor on a SIGHUP reload.
+the checks themselves (each with what it remembers), the GPU names their messages use and
+what each check last said it cannot decide — and hands it to the next monitor on a SIGHUP
+reload. It owns the log line of a check that cannot decide (the check gives the reason):
+said when the reason changes, not every cycle; a warning in a periodic run, where it is a
+blind spot of a watch that goes on, and info in a one-shot run, where some of it is by
+design (no Xid can arrive in one cycle) and the run's ``GPU health checked`` line, also
+info, names the checks that could not decide.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import GfdError
 from gfd.facts import NodeFacts
 from gfd.health.check import (
+    CANNOT_DECIDE,
     DEFAULT_EVENT_RULES,
     DEFAULT_GRACE_PERIOD,
+    OK,
     Check,
     CheckFactory,
     CheckSetup,
@@ -43,6 +50,8 @@ class HealthMonitor:
     ``resource_slices`` and ``resource_slice_interval``: the DRA driver's ResourceSlices
     for the device-plugin check (:class:`~gfd.health.check.CheckSetup`). ``events``: the
     Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`).
+    ``one_shot``: the run has one cycle, so what a check cannot decide is logged at info,
+    not as a warning (see the module's docstring); ``log`` takes those lines.
     """
 
     def __init__(
@@ -60,6 +69,7 @@ class HealthMonitor:
         resource_slices: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
         resource_slice_interval: int = 5,
         events: EventRules = DEFAULT_EVENT_RULES,
+        one_shot: bool = False,
     ) -> None:
         self.setup = CheckSetup(
             sysfs_root=sysfs_root,
@@ -86,6 +96,9 @@ class HealthMonitor:
         self._enabled: tuple[Check, ...] = tuple(enabled)
         #: The names of the enabled checks, in the order they run.
         self.checks = tuple(check.name for check in self._enabled)
+        self._one_shot = one_shot
+        #: What each check last said it cannot decide ("" since it last passed).
+        self._undecided: dict[str, str] = dict(previous._undecided) if previous else {}
 
     def observe(
         self,
@@ -99,10 +112,28 @@ class HealthMonitor:
         if facts is not None:
             self.gpus.remember(facts.gpus)
         seen = Observation(facts=facts, error=error, node=node, gpus=self.gpus)
-        return Verdict(
+        verdict = Verdict(
             tuple(
                 check.observe(seen)
                 for check in self._enabled
                 if node is not None or not check.needs_node
             )
         )
+        for result in verdict.results:
+            self._say_undecided(result.check, result.state, result.note)
+        return verdict
+
+    def _say_undecided(self, check: str, state: str, note: str) -> None:
+        """Log what ``check`` cannot decide when that changes; a pass clears it, so the
+        next time it cannot decide is said again. Failing or unknown changes nothing."""
+        if state not in (OK, CANNOT_DECIDE):
+            return
+        said = note if state == CANNOT_DECIDE else ""
+        if self._undecided.get(check, "") == said:
+            return
+        self._undecided[check] = said
+        log = self.setup.log
+        if log is None or not said:
+            return
+        line = log.info if self._one_shot else log.warning
+        line("GPU health check cannot decide", check=check, why=said)

@@ -75,19 +75,16 @@ class XidCheck:
     def __init__(self, setup: CheckSetup, previous: Check | None = None) -> None:
         self._rules = setup.events
         self._clock = setup.clock
-        self._log = setup.log
         #: Per GPU UUID: the fatal Xids held, by Xid.
         self._held: dict[str, dict[int, _Seen]] = {}
         #: Per GPU UUID: when (check's clock) the last fatal Xid was received.
         self._last_fatal: dict[str, float] = {}
-        self._note = ""
         if isinstance(previous, XidCheck):
             self._held = {
                 uuid: {xid: replace(seen) for xid, seen in xids.items()}
                 for uuid, xids in previous._held.items()
             }
             self._last_fatal = dict(previous._last_fatal)
-            self._note = previous._note
 
     def observe(self, seen: Observation) -> CheckResult:
         source = self._rules.xid_events
@@ -121,7 +118,6 @@ class XidCheck:
         if problems:
             return CheckResult(XID_CHECK, FAILING, problems)
         note = self._blind_spots(source)
-        self._say(note)
         if note:
             return CheckResult(XID_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(XID_CHECK, OK)
@@ -148,14 +144,6 @@ class XidCheck:
         if source.wait_error is not None:
             spots.append(f"waiting for Xid events fails ({source.wait_error})")
         return "; ".join(spots)
-
-    def _say(self, note: str) -> None:
-        """Log what the check cannot decide when that changes (once, not every cycle)."""
-        if note == self._note:
-            return
-        self._note = note
-        if self._log is not None and note:
-            self._log.warning("GPU health check cannot decide", check=XID_CHECK, why=note)
 
 
 def _gpu_order(held: dict[int, _Seen]) -> int:
