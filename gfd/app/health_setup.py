@@ -125,6 +125,7 @@ class HealthSetup:
                 # A one-shot run reads once: it reports what that read shows.
                 settle=0.0 if settings.oneshot else settings.health_grace_period or 0.0,
             ),
+            one_shot=settings.oneshot,
         )
         writer = None
         if node_sink is None:

@@ -19,6 +19,7 @@ from gfd.errors import FactsError as FactsError
 from gfd.facts.cpulist import cpulist_from_ids as cpulist_from_ids
 from gfd.facts.model import FABRIC_STATES as FABRIC_STATES
 from gfd.facts.model import GI_PROFILE_VARIANTS as GI_PROFILE_VARIANTS
+from gfd.facts.model import GPU_VIRTUALIZATION_MODES as GPU_VIRTUALIZATION_MODES
 from gfd.facts.model import NVLINK_REMOTE_TYPES as NVLINK_REMOTE_TYPES
 from gfd.facts.model import P2P_STATUSES as P2P_STATUSES
 from gfd.facts.model import PCI_LEVELS as PCI_LEVELS

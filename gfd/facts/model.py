@@ -82,6 +82,17 @@ P2PStatus = Literal[
     "unknown",
 ]
 
+#: NVML's ``nvmlGpuVirtualizationMode_t`` (``NVML_GPU_VIRTUALIZATION_MODE_*``), as names:
+#: bare metal, a GPU passed through to a VM, a vGPU in a VM (a vGPU guest), and a
+#: hypervisor host's GPU in vGPU or vSGA mode.
+GPU_VIRTUALIZATION_MODES: dict[str, int] = {
+    "none": 0,
+    "passthrough": 1,
+    "vgpu": 2,
+    "host-vgpu": 3,
+    "host-vsga": 4,
+}
+
 BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 #: A board serial as ``nvmlDeviceGetSerial`` returns it: nvml.h calls it alphanumeric and
 #: at most ``NVML_DEVICE_SERIAL_BUFFER_SIZE`` (30) bytes with the NUL; printable ASCII
@@ -272,6 +283,10 @@ class Gpu:
     fabric: FabricInfo | None = None
     #: None when NVML reported nothing of it (and in facts captured before it was read).
     memory_health: MemoryHealth | None = None
+    #: ``nvmlDeviceGetVirtualizationMode`` (:data:`GPU_VIRTUALIZATION_MODES`): whether the
+    #: GPU is on bare metal, passed through to a VM or a vGPU in one. None when NVML did
+    #: not report it (and in facts captured before it was read).
+    virtualization_mode: int | None = None
 
     @property
     def coherently_attached(self) -> bool:

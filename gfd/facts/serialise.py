@@ -26,7 +26,7 @@ DERIVED_KEY = "derived"
 #: GPU fields written only when NVML reported them: the facts of a machine that reports
 #: none stay byte for byte what they were before the field existed (captures, and the
 #: records keyed by a hash of them, stay valid); absent reads back as None.
-WRITTEN_WHEN_REPORTED = ("serial", "pcie", "memory_health")
+WRITTEN_WHEN_REPORTED = ("serial", "pcie", "memory_health", "virtualization_mode")
 
 
 def facts_to_dict(facts: NodeFacts) -> dict[str, Any]:

@@ -1,9 +1,14 @@
 """The health monitor: builds the enabled checks from the registry and runs them each cycle.
 
 It knows no check by name: what it runs is :data:`gfd.health.registry.REGISTRY` filtered
-by the configuration, in the registry's order (and only those checks are imported). It
-holds what outlives a configuration — the checks themselves (each with what it remembers)
-and the GPU names their messages use — and hands it to the next monitor on a SIGHUP reload.
+by the configuration, in the registry's order (and only those checks are imported). It holds what outlives a configuration —
+the checks themselves (each with what it remembers), the GPU names their messages use and
+what each check last said it cannot decide — and hands it to the next monitor on a SIGHUP
+reload. It owns the log line of a check that cannot decide (the check gives the reason):
+said when the reason changes, not every cycle; a warning in a periodic run, where it is a
+blind spot of a watch that goes on, and info in a one-shot run, where some of it is by
+design (no Xid can arrive in one cycle) and the run's ``GPU health checked`` line, also
+info, names the checks that could not decide.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ from gfd.config.values import HEALTH_CHECKS
 from gfd.errors import GfdError
 from gfd.facts import NodeFacts
 from gfd.health.check import (
+    CANNOT_DECIDE,
     DEFAULT_EVENT_RULES,
     DEFAULT_GRACE_PERIOD,
     DEFAULT_PCIE_RULES,
+    OK,
     Check,
     CheckFactory,
     CheckSetup,
@@ -52,6 +59,8 @@ class HealthMonitor:
     (:class:`~gfd.health.check.CheckSetup`). ``events``: the
     Xid events and the rules of the event checks (:class:`~gfd.health.check.EventRules`);
     ``pcie``: the PCIe link's rules (:class:`~gfd.health.check.PcieRules`).
+    ``one_shot``: the run has one cycle, so what a check cannot decide is logged at info,
+    not as a warning (see the module's docstring); ``log`` takes those lines.
     """
 
     def __init__(
@@ -69,6 +78,7 @@ class HealthMonitor:
         dra_node: DraNodeWatch | None = None,
         events: EventRules = DEFAULT_EVENT_RULES,
         pcie: PcieRules = DEFAULT_PCIE_RULES,
+        one_shot: bool = False,
     ) -> None:
         self.setup = CheckSetup(
             sysfs_root=sysfs_root,
@@ -98,6 +108,9 @@ class HealthMonitor:
         #: The enabled checks' condition reasons by priority (the registry's order, then
         #: each check's, as :func:`gfd.health.registry.reasons_of` ranks them all).
         self.reasons = tuple(reason for check in self._enabled for reason in check.reasons)
+        self._one_shot = one_shot
+        #: What each check last said it cannot decide ("" since it last passed).
+        self._undecided: dict[str, str] = dict(previous._undecided) if previous else {}
 
     def observe(
         self,
@@ -111,10 +124,28 @@ class HealthMonitor:
         if facts is not None:
             self.gpus.remember(facts.gpus)
         seen = Observation(facts=facts, error=error, node=node, gpus=self.gpus)
-        return Verdict(
+        verdict = Verdict(
             tuple(
                 check.observe(seen)
                 for check in self._enabled
                 if node is not None or not check.needs_node
             )
         )
+        for result in verdict.results:
+            self._say_undecided(result.check, result.state, result.note)
+        return verdict
+
+    def _say_undecided(self, check: str, state: str, note: str) -> None:
+        """Log what ``check`` cannot decide when that changes; a pass clears it, so the
+        next time it cannot decide is said again. Failing or unknown changes nothing."""
+        if state not in (OK, CANNOT_DECIDE):
+            return
+        said = note if state == CANNOT_DECIDE else ""
+        if self._undecided.get(check, "") == said:
+            return
+        self._undecided[check] = said
+        log = self.setup.log
+        if log is None or not said:
+            return
+        line = log.info if self._one_shot else log.warning
+        line("GPU health check cannot decide", check=check, why=said)

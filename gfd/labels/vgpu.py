@@ -1,14 +1,24 @@
 """``vgpu.*``: whether this node is a vGPU guest, and its host's vGPU manager version.
 
-This module owns the vGPU labels. They come from :attr:`gfd.facts.NodeFacts.vgpu`,
-which is None when PCI config space could not be read (an unprivileged pod); then
-no vGPU label is published at all rather than a guess, and :func:`withheld_vgpu_labels`
-says why, for the agent to log once.
+This module owns the vGPU labels and which fact answers them. NVIDIA's reference reads
+only PCI config space (:attr:`gfd.facts.NodeFacts.vgpu`): a vGPU capability on an NVIDIA
+function makes a guest, and its record names the host driver. Config space is None when
+it could not be read in full (an unprivileged pod gets 64 bytes); the reference then
+publishes no vGPU label, and so does gfd, unless NVML tells: when every GPU reports a
+virtualization mode that is no vGPU guest (bare metal or passthrough,
+:attr:`gfd.facts.Gpu.virtualization_mode`), ``vgpu.present`` is ``false`` whatever config
+space says, and nothing is withheld. Where NVML cannot tell (a mode not reported) or says
+a guest, config space answers as in the reference: the host driver labels are only there,
+and without it :func:`withheld_vgpu_labels` says why, for the agent to log once.
+
+A hypervisor host's GPU (HOST_VGPU, HOST_VSGA) is left to config space too: the reference
+reads every NVIDIA function there, SR-IOV virtual functions included, and NVML's mode of
+the physical GPU does not say what those carry.
 """
 
 from __future__ import annotations
 
-from gfd.facts import NodeFacts
+from gfd.facts import GPU_VIRTUALIZATION_MODES, NodeFacts
 from gfd.labels.labeler import FamilyLabeler
 from gfd.labels.rules import sanitise_value
 
@@ -19,10 +29,21 @@ UNREADABLE_REASON = (
     "PCI config space of the GPUs is unreadable (the kernel gives unprivileged pods only "
     "64 bytes); run gfd privileged (the vgpu deployment overlay) to publish vGPU labels"
 )
+#: NVML virtualization modes of a GPU that is no vGPU in a VM.
+NO_GUEST_MODES = frozenset(
+    (GPU_VIRTUALIZATION_MODES["none"], GPU_VIRTUALIZATION_MODES["passthrough"])
+)
+
+
+def nvml_says_no_guest(facts: NodeFacts) -> bool:
+    """NVML reports, for every GPU of the node, a mode that is no vGPU guest."""
+    return bool(facts.gpus) and all(gpu.virtualization_mode in NO_GUEST_MODES for gpu in facts.gpus)
 
 
 def vgpu_labels(facts: NodeFacts) -> dict[str, str]:
     """``vgpu.present`` and, in a vGPU guest, ``vgpu.host-driver-version`` / ``-branch``."""
+    if nvml_says_no_guest(facts):
+        return {PRESENT_KEY: "false"}
     vgpu = facts.vgpu
     if vgpu is None:
         return {}
@@ -36,7 +57,7 @@ def vgpu_labels(facts: NodeFacts) -> dict[str, str]:
 
 def withheld_vgpu_labels(facts: NodeFacts) -> tuple[tuple[str, str], ...]:
     """(key, why) for vGPU labels that could not be published on a node with GPUs."""
-    if facts.vgpu is None and facts.gpus:
+    if facts.vgpu is None and facts.gpus and not nvml_says_no_guest(facts):
         return ((PRESENT_KEY, UNREADABLE_REASON),)
     return ()
 

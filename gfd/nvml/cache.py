@@ -66,6 +66,8 @@ class GpuStatic:
     #: the PCIe calls of every read that this GPU answered absent (not asked again).
     pcie_maxima: Any = UNREAD
     pcie_unanswered: set[str] = field(default_factory=set)
+    #: nvmlDeviceGetVirtualizationMode (None: not reported); see gfd.nvml.vgpu.
+    virtualization_mode: int | None = None
 
 
 @dataclass

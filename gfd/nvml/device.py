@@ -2,8 +2,8 @@
 
 This module owns :func:`read_gpu`, which asks for a GPU's identity every read (name and
 UUID), reads what cannot change while it keeps that UUID once per session (PCI identity
-and class, memory, compute capability, architecture, brand, NUMA nodes, CPU affinity:
-:func:`read_gpu_static`), and composes the reads that can change from cycle to cycle:
+and class, memory, compute capability, architecture, brand, NUMA nodes, CPU affinity,
+virtualization mode: :func:`read_gpu_static`), and composes the reads that can change from cycle to cycle:
 MIG mode and devices (:mod:`gfd.nvml.mig`), NVLinks (:mod:`gfd.nvml.nvlink`) and fabric
 (:mod:`gfd.nvml.fabric`), the PCIe link (:mod:`gfd.nvml.pcie`), memory health
 (:mod:`gfd.nvml.memory_health`). A further per-device fact is one more read composed here.
@@ -25,6 +25,7 @@ from gfd.nvml.memory_health import read_memory_health
 from gfd.nvml.mig import mig_devices_if_enabled
 from gfd.nvml.nvlink import read_nvlink_version, read_nvlinks
 from gfd.nvml.pcie import read_pcie
+from gfd.nvml.vgpu import read_virtualization_mode
 from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
 
 #: Words of 64 CPUs asked of nvmlDeviceGetCpuAffinity: 4096 CPUs covers any machine shipped.
@@ -68,6 +69,7 @@ def read_gpu(nv: NvmlCaller, index: int, handle: Any, sysfs_root: Path, cache: R
         nvlinks=links,
         fabric=read_fabric(nv, handle),
         memory_health=read_memory_health(nv, handle, static),
+        virtualization_mode=static.virtualization_mode,
     )
 
 
@@ -107,6 +109,7 @@ def read_gpu_static(nv: NvmlCaller, handle: Any, name: str, sysfs_root: Path) ->
         gpu_numa_id=int(gpu_numa) if gpu_numa is not None else None,
         cpu_affinity=_affinity_to_cpulist(affinity) if affinity is not None else None,
         serial=_serial(serial),
+        virtualization_mode=read_virtualization_mode(nv, handle),
     )
 
 

@@ -91,6 +91,11 @@ NVML_CALLS: tuple[NvmlCall, ...] = (
         "sysfs bus/pci/devices/<bdf>/numa_node",
     ),
     NvmlCall("nvmlDeviceGetCpuAffinity", "optional", "gpus[].cpu_affinity"),
+    NvmlCall(
+        "nvmlDeviceGetVirtualizationMode",
+        "optional",
+        "gpus[].virtualization_mode (vgpu.present where config space is unreadable)",
+    ),
     NvmlCall("nvmlDeviceGetMigMode", "optional", "gpus[].mig_mode_current/pending"),
     NvmlCall("nvmlDeviceGetMaxMigDeviceCount", "required", "MIG slots of a MIG-enabled GPU"),
     NvmlCall("nvmlDeviceGetMigDeviceHandleByIndex", "required", "MIG device handles"),

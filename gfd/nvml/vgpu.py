@@ -1,24 +1,30 @@
-"""vGPU guest detection from PCI configuration space (read through :mod:`gfd.pci`).
+"""vGPU guest detection: from PCI configuration space (read through :mod:`gfd.pci`), and
+from NVML's virtualization mode.
 
-This module owns how gfd tells that it runs in a vGPU guest: NVIDIA's vGPU
-manager exposes, in the config space of the guest's GPU function, a PCI
-vendor-specific capability (id ``0x09``) whose bytes 3 and 4 are ``VF``. After
-a 5-byte header the capability holds records (``id``, ``length``, data); the
-record with id 0 carries the host driver version and branch, 10 NUL-padded
-ASCII bytes each.
+This module owns how gfd tells that it runs in a vGPU guest. NVIDIA's vGPU manager
+exposes, in the config space of the guest's GPU function, a PCI vendor-specific
+capability (id ``0x09``) whose bytes 3 and 4 are ``VF``. After a 5-byte header the
+capability holds records (``id``, ``length``, data); the record with id 0 carries the
+host driver version and branch, 10 NUL-padded ASCII bytes each. This is what NVIDIA's
+reference reads, and the only place the host driver is told.
 
 The kernel hands unprivileged readers only the first 64 bytes of
-``/sys/bus/pci/devices/<addr>/config``, where no capability list fits. Then
-nothing can be said about vGPU: :func:`read_vgpu` returns no facts (never an
-error), the vGPU labeler publishes nothing and reports the labels as withheld,
-and the cycle goes on.
+``/sys/bus/pci/devices/<addr>/config``, where no capability list fits. Then config space
+says nothing about vGPU: :func:`read_vgpu` returns no facts (never an error). NVML's
+``nvmlDeviceGetVirtualizationMode`` (:func:`read_virtualization_mode`, per GPU) answers
+without privileges whether a GPU is a vGPU in a VM, on bare metal or passed through;
+the vGPU labeler (:mod:`gfd.labels.vgpu`) combines the two.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pynvml
 
 from gfd.facts import VgpuInfo
+from gfd.nvml.calls import NvmlCaller
 from gfd.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 
 VGPU_SIGNATURE = b"VF"
@@ -93,3 +99,17 @@ def read_vgpu(sysfs_root: Path) -> VgpuInfo | None:
     if not functions:
         return VgpuInfo(present=False)
     return vgpu_from_functions(functions)
+
+
+def read_virtualization_mode(nv: NvmlCaller, handle: Any) -> int | None:
+    """The GPU's ``nvmlGpuVirtualizationMode_t``; None when NVML does not report it.
+
+    Every driver branch exports the call and answers it unprivileged (a real H200 in a
+    passthrough VM answered PASSTHROUGH as root and as uid 65532,
+    ``tests/records/real-gpu/``). It cannot change while the driver stays loaded, so the
+    reader asks it once per NVML session.
+    """
+    mode = nv.optional(
+        "nvmlDeviceGetVirtualizationMode", pynvml.nvmlDeviceGetVirtualizationMode, handle
+    )
+    return int(mode) if mode is not None else None

@@ -10,16 +10,18 @@ records :mod:`gfd.sim.pcie_link` writes), which faults that change them use too.
 
 A GPU serves its facts' ``memory_health`` exactly as written, so that gfd's reader reads
 back what the facts say (``null``, and each null part, is NOT_SUPPORTED);
-:func:`check_memory_health` refuses what NVML could not report that way. A profile
-without it (every bundled one: their files predate the field) models a GPU without
-memory health; :func:`with_default_memory_health` gives each such GPU what real drivers
-answer for its brand and architecture (:func:`default_memory_health`), following nvml.h's
-comments and a real H200 with driver 580.159.04 (``tests/records/real-gpu/``, which
+:func:`check_memory_health` refuses what NVML could not report that way. Facts without
+it (captured before the field, or made by hand) model a GPU without memory health; the
+bundled profiles carry theirs. :func:`with_default_memory_health` gives each GPU without
+it what real drivers answer for its brand and architecture (:func:`default_memory_health`,
+which the bundled profiles follow but for the RTX 4090), following nvml.h's comments and a
+real H200 with driver 580.159.04 (``tests/records/real-gpu/``, which
 ``tests/sim/test_sim_health.py`` holds the defaults to):
 
 - ECC mode: only GPUs with ECC report it. Data-center boards (brands TESLA and NVIDIA) ship
   with ECC on; professional boards (QUADRO, QUADRO_RTX, NVIDIA_RTX) have ECC, off by
-  default; GeForce, TITAN, NVS and unknown brands report NOT_SUPPORTED.
+  default; GeForce, TITAN, NVS and unknown brands report NOT_SUPPORTED (a few GeForce
+  boards have ECC, off by default, as the RTX 4090 of the ``rtx4090x8`` profile).
 - ECC counts "require ECC Mode to be enabled": with ECC on, the volatile uncorrected count
   (0 by default; the aggregate count is served equal to it, corrected counts at 0).
 - Remapped rows: "for Ampere or newer" (with ECC on); NOT_SUPPORTED before, and on a GPU

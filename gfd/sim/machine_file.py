@@ -128,6 +128,7 @@ def check_servable(facts: NodeFacts, source: str) -> None:
             "compute_major",
             "compute_minor",
             "nvlink_version",
+            "virtualization_mode",
         ):
             value = getattr(gpu, name)
             if value is not None and not 0 <= value < 2**32:
@@ -363,6 +364,7 @@ def _gpu_lines(gpu: Gpu) -> list[str]:
         "brand": gpu.brand,
         "gpu_numa_id": gpu.gpu_numa_id,
         "nvlink_version": gpu.nvlink_version,
+        "virtualization_mode": gpu.virtualization_mode,
     }
     lines.extend(f"{key} {value}" for key, value in optional.items() if value is not None)
     if gpu.compute_major is not None and gpu.compute_minor is not None:

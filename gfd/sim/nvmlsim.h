@@ -182,6 +182,8 @@ typedef struct {
     unsigned architecture;
     int has_brand;
     unsigned brand;
+    int has_virtualization_mode;
+    unsigned virtualization_mode; /* nvmlGpuVirtualizationMode_t */
     int has_gpu_numa_id;
     unsigned gpu_numa_id;
     int has_affinity;

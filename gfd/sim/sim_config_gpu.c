@@ -350,6 +350,10 @@ int sim_parse_gpu_record(sim_parse_ctx *ctx, sim_gpu *gpu, const char *key, char
         gpu->has_brand = 1;
         return sim_parse_numbers(ctx, key, value, &gpu->brand, 1);
     }
+    if (strcmp(key, "virtualization_mode") == 0) {
+        gpu->has_virtualization_mode = 1;
+        return sim_parse_numbers(ctx, key, value, &gpu->virtualization_mode, 1);
+    }
     if (strcmp(key, "gpu_numa_id") == 0) {
         gpu->has_gpu_numa_id = 1;
         return sim_parse_numbers(ctx, key, value, &gpu->gpu_numa_id, 1);

@@ -70,7 +70,8 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
 }
 
 /* ------------------------------------------------------------------------- */
-/* Virtualization */
+/* Virtualization: the machine file's virtualization_mode, NOT_SUPPORTED without one (as a
+ * driver that cannot tell; facts read from such a driver have none). */
 
 nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
                                              nvmlGpuVirtualizationMode_t *pVirtualMode) {
@@ -83,6 +84,9 @@ nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
     if (pVirtualMode == NULL) {
         RETURN(NVML_ERROR_INVALID_ARGUMENT);
     }
-    *pVirtualMode = NVML_GPU_VIRTUALIZATION_MODE_NONE;
+    if (!gpu->has_virtualization_mode) {
+        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    }
+    *pVirtualMode = (nvmlGpuVirtualizationMode_t)gpu->virtualization_mode;
     RETURN(NVML_SUCCESS);
 }

@@ -1,5 +1,6 @@
 """The node reader: each absent optional NVML fact logged once per process, not per
-cycle; and a machine without NVML's library told how to run gfd anyway."""
+cycle; a simulated node read from the simulated machine alone; and a machine without
+NVML's library told how to run gfd anyway."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ from typing import Any
 import pytest
 
 from gfd.app.exit_status import EXIT_FAILED
-from gfd.app.node_reader import NO_NVML_HINT, NodeReader
+from gfd.app.node_reader import NO_NVML_HINT, NodeReader, facts_source
 from gfd.cli import main
+from gfd.config import Settings
 from gfd.errors import NvmlNotReady
+from gfd.facts import VgpuInfo
+from gfd.nvml.vgpu import read_vgpu
+from gfd.pci import PCI_DEVICES
 from gfd.sim import load_profile, simulate
+from gfd.sim.pci_config import config_space
 
 
 class RecordingLog:
@@ -94,3 +100,22 @@ def test_a_simulators_library_that_fails_to_load_gets_no_driver_hint(tmp_path: P
         read()
     assert failed.value.name == "NVML_ERROR_LIBRARY_NOT_FOUND"
     assert NO_NVML_HINT not in str(failed.value)
+
+
+def test_a_simulated_node_is_read_from_its_own_tree_never_the_hosts(tmp_path: Path) -> None:
+    """Under --simulate the host's sysfs and DMI file (the settings' paths) are not read:
+    a host that is a vGPU guest, and names another machine, changes nothing."""
+    host = tmp_path / "host-sys"
+    device = host / PCI_DEVICES / "0000:07:00.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n")
+    (device / "class").write_text("0x030200\n")
+    guest = VgpuInfo(present=True, host_driver_version="550.54.16", host_driver_branch="r550_00")
+    (device / "config").write_bytes(config_space(0x20B0, 0x030200, guest))
+    dmi = tmp_path / "product_name"
+    dmi.write_text("HOST-MACHINE\n")
+    assert read_vgpu(host) == guest  # what a reader pointed at the host would see
+    settings = Settings(simulate="t4-single", sysfs_root=str(host), machine_type_file=str(dmi))
+    with facts_source(settings) as read:
+        facts = read()
+    assert facts == load_profile("t4-single").facts

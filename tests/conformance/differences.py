@@ -168,6 +168,19 @@ EXPECTED_DIFFERENCES: tuple[ExpectedDifference, ...] = (
         matches=lambda d: d.reference == "" and d.gfd == "unknown",
     ),
     ExpectedDifference(
+        name="vgpu-present-from-nvml",
+        reason=(
+            "the reference reads vGPU only from the full PCI config space, which an "
+            "unprivileged pod cannot read, and then publishes no vGPU label; gfd publishes "
+            "vgpu.present=false where NVML's virtualization mode says no GPU is a vGPU guest "
+            "(bare metal or passthrough), the reference's answer with privileges"
+        ),
+        tag="vgpu-from-nvml",
+        matches=lambda d: (
+            d.key == f"{PREFIX}vgpu.present" and d.reference is None and d.gfd == "false"
+        ),
+    ),
+    ExpectedDifference(
         name="driver-version-not-x-y-z",
         reason=(
             "the reference refuses a driver version that is not X.Y[.Z] and exits without "

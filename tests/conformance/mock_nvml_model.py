@@ -58,6 +58,9 @@ ARCHITECTURES = {
     "blackwell": 10,
 }
 ARCHITECTURE_UNKNOWN = 0xFFFFFFFF
+#: ``engine/device.go`` ``parseVirtualizationMode`` onto go-nvml's ``GPU_VIRTUALIZATION_MODE_*``;
+#: any other text is NONE.
+VIRTUALIZATION_MODES = {"none": 0, "passthrough": 1, "vgpu": 2}
 #: ``engine/device.go`` ``parseBrand`` onto go-nvml's ``BRAND_*`` values; anything else is
 #: ``BRAND_UNKNOWN`` (0).
 BRANDS = {"nvidia": 14, "tesla": 2, "quadro": 1, "geforce": 5, "titan": 6, "nvidia_rtx": 13}
@@ -475,6 +478,12 @@ def expected_facts(
                 },
                 "pcie": _pcie(cfg, hidden_exports),
                 "memory_health": _memory_health(cfg),
+                # device.go GetVirtualizationMode: SUCCESS for every device, the defaults'
+                # virtualization.mode (mergeDeviceOverride takes none from a device), NONE
+                # without the block ("real hardware always knows", says its comment).
+                "virtualization_mode": VIRTUALIZATION_MODES.get(
+                    str((cfg.get("virtualization") or {}).get("mode")), 0
+                ),
             }
         )
 

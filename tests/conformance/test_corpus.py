@@ -3,7 +3,7 @@
 Product names with non-ASCII letters, parentheses, the longest name NVML can report, only
 punctuation; long names with every MIG profile suffix of the A100 40GB and the H200;
 driver versions of 1, 2, 3 and 4 parts; zero GPUs, one GPU, two models; a vGPU guest
-and bare metal read with privileges. Each case runs
+and bare metal read with privileges, and a passthrough VM read without. Each case runs
 both programs on the same simulated machine and is judged like the differential suite
 (``tests/conformance/differences.py``). Besides, each case states what the reference does
 with it, and the test checks that statement: where the reference emits a label Kubernetes
@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from gfd.facts import Gpu, NodeFacts, VgpuInfo
+from gfd.facts import GPU_VIRTUALIZATION_MODES, Gpu, NodeFacts, VgpuInfo
 from tests.conformance.differences import TALLY, compare, invalid_labels
 from tests.conformance.reference import (
     MachineSpec,
@@ -104,6 +104,11 @@ MACHINES: dict[str, Callable[[], NodeFacts]] = {
         vgpu=VgpuInfo(present=True, host_driver_version="460.16", host_driver_branch="r460_00")
     ),
     "vgpu-bare-metal": lambda: make_facts(vgpu=VgpuInfo(present=False)),
+    # Unprivileged (config space unreadable) in a VM the GPU is passed through to, as NVML
+    # reports it: the reference publishes no vGPU label, gfd vgpu.present=false from NVML.
+    "vgpu-unreadable-passthrough": lambda: make_facts(
+        [make_gpu(0, virtualization_mode=GPU_VIRTUALIZATION_MODES["passthrough"])]
+    ),
     "one-gpu": lambda: one_gpu("NVIDIA H100 80GB HBM3"),
     "two-models-tied": lambda: make_facts(
         [make_gpu(0, name="NVIDIA L4"), _bus(make_gpu(1, name="NVIDIA H100 PCIe"), 1)]
@@ -171,6 +176,7 @@ CASES = [
     CorpusCase("zero-gpus", "mixed", shared=True),
     CorpusCase("vgpu-guest"),
     CorpusCase("vgpu-bare-metal"),
+    CorpusCase("vgpu-unreadable-passthrough", tags=frozenset({"vgpu-from-nvml"})),
     CorpusCase("one-gpu"),
     CorpusCase("one-gpu", "single", shared=True),
     CorpusCase("two-models-tied", tags=MIXED),

@@ -66,6 +66,11 @@ REFUSED = (False, None, "exit 1: error")
             frozenset({"empty-name"}),
             Verdict(("empty-product-fallback",), ()),
         ),
+        # vgpu.present from NVML: only false, only where the reference has none, only so tagged.
+        (labelled(BASE), labelled({**BASE, f"{P}vgpu.present": "false"}), frozenset({"vgpu-from-nvml"}), Verdict(("vgpu-present-from-nvml",), ())),
+        (labelled(BASE), labelled({**BASE, f"{P}vgpu.present": "false"}), NONE, Verdict((), (f"{P}vgpu.present: reference None, gfd 'false'",))),
+        (labelled(BASE), labelled({**BASE, f"{P}vgpu.present": "true"}), frozenset({"vgpu-from-nvml"}), Verdict((), (f"{P}vgpu.present: reference None, gfd 'true'",))),
+        (labelled({**BASE, f"{P}vgpu.present": "true"}), labelled({**BASE, f"{P}vgpu.present": "false"}), frozenset({"vgpu-from-nvml"}), Verdict((), (f"{P}vgpu.present: reference 'true', gfd 'false'",))),
         (REFUSED, labelled(BASE), NONE, Verdict((), ("the reference refused (exit 1: error) where gfd labelled",))),
         (REFUSED, labelled(BASE), frozenset({"driver-not-x-y-z"}), Verdict(("driver-version-not-x-y-z",), ())),
         (labelled(BASE), REFUSED, NONE, Verdict((), ("gfd refused (exit 1: error) where the reference labelled",))),

@@ -86,6 +86,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "fabric": ((), ("fabric",)),
     "pcie": ((), ("pcie",)),
     "memory_health": ((), ("memory_health",)),
+    "virtualization": ((), ("virtualization_mode",)),
     "topology": (("pci_pairs", "nvlink_p2p"), ()),
     "vgpu": (("vgpu",), ()),
 }

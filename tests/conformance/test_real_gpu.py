@@ -10,6 +10,7 @@ expectation is read from those files.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -218,6 +219,32 @@ def test_gfd_gives_every_label_of_nvidia_s_gfd_on_the_same_h200() -> None:
         str(d) for d in label_differences(reference, labels) if explain(d, frozenset()) is None
     ]
     assert unexplained == []
+
+
+def test_unprivileged_on_the_h200_nvml_tells_what_config_space_cannot(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """As the DaemonSet runs it (uid 65532): PCI config space unreadable, NVML's
+    virtualization mode as that user got it; gfd labels vgpu.present as the reference
+    did with privileges on the same GPU, and says nothing on stderr."""
+    unprivileged = json.loads((H200 / "unprivileged-nvml.json").read_text())
+    assert unprivileged["uid"] != 0
+    mode = unprivileged["nvmlDeviceGetVirtualizationMode"]
+    captured = load_profile(str(H200 / "facts.yaml")).facts
+    facts = dataclasses.replace(
+        captured,
+        vgpu=None,
+        gpus=tuple(dataclasses.replace(g, virtualization_mode=mode) for g in captured.gpus),
+    )
+    path = tmp_path / "h200-unprivileged.yaml"
+    path.write_text(dump_facts(facts))
+    out = io.StringIO()
+    capfd.readouterr()
+    assert gfd_main(["--simulate", str(path), "labels", "--no-timestamp"], env={}, stdout=out) == 0
+    assert capfd.readouterr().err == ""
+    reference = parse_label_lines((H200 / "ref-labels.txt").read_text())
+    key = "nvidia.com/vgpu.present"
+    assert parse_label_lines(out.getvalue())[key] == reference[key]
 
 
 # ---------------------------------------------------------------------- the library

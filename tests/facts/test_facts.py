@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gfd.facts import (
+    GPU_VIRTUALIZATION_MODES,
     FabricInfo,
     FactsError,
     MigDevice,
@@ -19,6 +20,7 @@ from gfd.facts import (
     cpulist_from_ids,
     dump_facts,
     facts_from_dict,
+    parse_document,
 )
 from tests.factories import make_facts, make_gpu
 from tests.facts_readback import cpulist_to_ids, load_facts, load_facts_text, pci_level
@@ -41,6 +43,7 @@ RICH = make_facts(
                 status=0,
                 health_mask=0,
             ),
+            virtualization_mode=GPU_VIRTUALIZATION_MODES["passthrough"],
             mig_devices=(
                 MigDevice(
                     index=0,
@@ -72,6 +75,15 @@ def test_round_trip_is_lossless(fmt: str) -> None:
     text = dump_facts(RICH, fmt)  # type: ignore[arg-type]
     assert load_facts_text(text, "<test>") == RICH
     assert dump_facts(load_facts_text(text, "<test>"), fmt) == text  # type: ignore[arg-type]
+
+
+def test_virtualization_mode_is_written_only_where_nvml_reported_it() -> None:
+    plain = parse_document(dump_facts(RICH, "json"), "node.json")
+    assert plain["gpus"][0]["virtualization_mode"] == 1
+    # Facts read before the field existed (or from a driver that does not report it) dump
+    # as they did, so the records keyed by their text stay valid.
+    assert "virtualization_mode" not in plain["gpus"][1]
+    assert facts_from_dict(plain).gpus[1].virtualization_mode is None
 
 
 def test_load_from_file(tmp_path: Path) -> None:

@@ -1,26 +1,30 @@
 """The health monitor (gfd.health.monitor): it runs what the registry holds, in the
-registry's order, hands a check the Node only when it needs one, and carries every check's
-memory and the GPU names across a reload."""
+registry's order, hands a check the Node only when it needs one, carries every check's
+memory and the GPU names across a reload, and says what a check cannot decide (a warning,
+at info in a one-shot run) when that changes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from gfd.errors import NvmlError, NvmlGpuLost
 from gfd.health import (
     FAILING,
     GPU_LOST,
     NVLINK,
+    OK,
     REASON_GPU_LOST,
     REASONS,
     REGISTRY,
     UNKNOWN,
     HealthMonitor,
 )
-from gfd.health.check import Check, CheckResult, CheckSetup, Observation, Problem
+from gfd.health.check import CANNOT_DECIDE, Check, CheckResult, CheckSetup, Observation, Problem
 from tests.factories import make_facts, make_gpu
-from tests.health.doubles import BRIDGED_CARD, links, node, sysfs_for
+from tests.health.doubles import BRIDGED_CARD, Log, links, node, sysfs_for
 
 
 def test_a_failed_read_for_another_reason_decides_nothing(tmp_path: Path) -> None:
@@ -139,3 +143,83 @@ def test_a_reload_keeps_the_names_of_the_gpus_seen(tmp_path: Path) -> None:
     error.gpu_index = 2
     (result,) = second.observe(None, error=error).results
     assert result.problems[0].message.startswith("GPU 2 (0000:1d:00.0) is lost")
+
+
+class Blind:
+    """A check of the test's own that answers what the test sets (a note means cannot decide)."""
+
+    name = "blind"
+    reasons = ("Blind",)
+    needs_node = False
+
+    def __init__(self, setup: CheckSetup, previous: Check | None) -> None:
+        self.answer: tuple[str, str] = (OK, "")
+
+    def observe(self, seen: Observation) -> CheckResult:
+        state, note = self.answer
+        problems = (Problem(self.name, "Blind", "broken"),) if state == FAILING else ()
+        return CheckResult(self.name, state, problems, note)
+
+
+@dataclass
+class BlindFactory:
+    name: str = "blind"
+    reasons: tuple[str, ...] = ("Blind",)
+    needs_node: bool = False
+    built: list[Blind] = field(default_factory=list)
+
+    def __call__(self, setup: CheckSetup, previous: Check | None = None) -> Blind:
+        self.built.append(Blind(setup, previous))
+        return self.built[-1]
+
+
+def answers(monitor: HealthMonitor, check: Blind, *steps: tuple[str, str]) -> None:
+    for step in steps:
+        check.answer = step
+        monitor.observe(make_facts())
+
+
+@pytest.mark.parametrize(("one_shot", "level"), [(False, "warning"), (True, "info")])
+def test_what_a_check_cannot_decide_is_said_when_it_changes(
+    tmp_path: Path, one_shot: bool, level: str
+) -> None:
+    log, factory = Log(), BlindFactory()
+    monitor = HealthMonitor(
+        sysfs_root=tmp_path,
+        checks=["blind"],
+        registry={factory.name: factory},
+        log=log,
+        one_shot=one_shot,
+    )
+    (check,) = factory.built
+    answers(
+        monitor,
+        check,
+        (CANNOT_DECIDE, "GPU 1 has no ECC"),
+        (CANNOT_DECIDE, "GPU 1 has no ECC"),  # the same: not again
+        (FAILING, ""),  # a problem says nothing of what it cannot decide
+        (CANNOT_DECIDE, "GPU 1 has no ECC"),
+        (CANNOT_DECIDE, "GPUs 1, 2 have no ECC"),  # a new reason: said
+        (OK, ""),
+        (CANNOT_DECIDE, "GPUs 1, 2 have no ECC"),  # again after a pass
+    )
+    said = [(line[0], line[2]["why"]) for line in log.lines]
+    assert said == [
+        (level, "GPU 1 has no ECC"),
+        (level, "GPUs 1, 2 have no ECC"),
+        (level, "GPUs 1, 2 have no ECC"),
+    ]
+    assert {line[1] for line in log.lines} == {"GPU health check cannot decide"}
+    assert {line[2]["check"] for line in log.lines} == {"blind"}
+
+
+def test_a_reload_does_not_say_again_what_was_said(tmp_path: Path) -> None:
+    log, factory = Log(), BlindFactory()
+    registry = {factory.name: factory}
+    first = HealthMonitor(sysfs_root=tmp_path, checks=["blind"], registry=registry, log=log)
+    answers(first, factory.built[0], (CANNOT_DECIDE, "no watcher"))
+    second = HealthMonitor(
+        sysfs_root=tmp_path, checks=["blind"], registry=registry, log=log, previous=first
+    )
+    answers(second, factory.built[1], (CANNOT_DECIDE, "no watcher"))
+    assert len(log.lines) == 1

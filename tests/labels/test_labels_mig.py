@@ -381,6 +381,8 @@ def node_base(driver: str, cuda: tuple[str, str], machine: str) -> dict[str, str
         f"{P}gpu.mode": "compute",
         f"{P}mig.capable": "true",
         f"{P}mps.capable": "false",
+        # Bare metal, config space read with privileges: no vGPU guest.
+        f"{P}vgpu.present": "false",
     }
 
 

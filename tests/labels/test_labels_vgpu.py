@@ -1,10 +1,12 @@
-"""vGPU: PCI config space parsing, reading under a sysfs root, and the labels (whole maps)."""
+"""vGPU: PCI config space parsing, reading under a sysfs root, and the labels (whole maps),
+from config space and from NVML's virtualization mode."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
+import pynvml
 import pytest
 
 from gfd.facts import FactsError, NodeFacts, VgpuInfo
@@ -15,7 +17,7 @@ from gfd.nvml.vgpu import host_driver, is_vgpu_capability, read_vgpu, vgpu_from_
 from gfd.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 from gfd.sim import SimulationProfile, load_profile, simulate
 from gfd.sim.pci_config import config_space
-from tests.factories import make_facts
+from tests.factories import make_facts, make_gpu
 
 P = "nvidia.com/"
 GUEST = VgpuInfo(present=True, host_driver_version="550.54.16", host_driver_branch="r550_00")
@@ -188,6 +190,66 @@ def test_vgpu_labels(vgpu: VgpuInfo | None, expected: dict[str, str]) -> None:
     assert {k: v for k, v in labels.items() if k not in BASE_KEYS} == expected
     vgpu_withheld = tuple(w for w in label_set.withheld if w[0].startswith(f"{P}vgpu."))
     assert vgpu_withheld == (() if vgpu is not None else ((PRESENT_KEY, UNREADABLE_REASON),))
+
+
+NONE, PASSTHROUGH, VGPU, HOST_VGPU = (
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU,
+    pynvml.NVML_GPU_VIRTUALIZATION_MODE_HOST_VGPU,
+)
+WITHHELD = ((PRESENT_KEY, UNREADABLE_REASON),)
+
+
+@pytest.mark.parametrize(
+    ("modes", "vgpu", "expected", "withheld"),
+    [
+        # nvml.h: NONE is bare metal, PASSTHROUGH a GPU passed to a VM: no vGPU guest, which
+        # is all vgpu.present says (the reference's privileged answer there is false).
+        ((NONE, NONE), None, {f"{P}vgpu.present": "false"}, ()),
+        ((PASSTHROUGH,), None, {f"{P}vgpu.present": "false"}, ()),
+        ((NONE, PASSTHROUGH), None, {f"{P}vgpu.present": "false"}, ()),
+        # NVML's word stands over config space when it says no guest.
+        ((NONE,), GUEST, {f"{P}vgpu.present": "false"}, ()),
+        # A guest, or a GPU NVML cannot tell of: config space answers, or nothing does.
+        ((VGPU,), None, {}, WITHHELD),
+        ((NONE, None), None, {}, WITHHELD),
+        ((HOST_VGPU,), None, {}, WITHHELD),
+        ((HOST_VGPU,), VgpuInfo(present=False), {f"{P}vgpu.present": "false"}, ()),
+        (
+            (VGPU,),
+            GUEST,
+            {
+                f"{P}vgpu.present": "true",
+                f"{P}vgpu.host-driver-version": "550.54.16",
+                f"{P}vgpu.host-driver-branch": "r550_00",
+            },
+            (),
+        ),
+    ],
+    ids=[
+        "bare-metal-unreadable",
+        "passthrough-unreadable",
+        "mixed-unreadable",
+        "bare-metal-config-says-guest",
+        "guest-unreadable",
+        "one-gpu-untold-unreadable",
+        "host-unreadable",
+        "host-readable",
+        "guest-readable",
+    ],
+)
+def test_nvml_virtualization_mode_answers_where_it_can(
+    modes: tuple[int | None, ...],
+    vgpu: VgpuInfo | None,
+    expected: dict[str, str],
+    withheld: tuple[tuple[str, str], ...],
+) -> None:
+    gpus = [make_gpu(i, virtualization_mode=mode) for i, mode in enumerate(modes)]
+    label_set = build_labels(make_facts(gpus, vgpu=vgpu), LabelOptions())
+    labels = dict(label_set.labels)
+    assert {k: v for k, v in labels.items() if k not in BASE_KEYS} == expected
+    assert label_set.withheld == withheld
 
 
 def test_nothing_is_withheld_without_gpus() -> None:

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gfd.facts import NodeFacts
 from gfd.nvml.reader import read_facts
 from gfd.sim import SimulatedMachine, SimulationProfile, library_path, simulate
+
+
+def without_memory_health(facts: NodeFacts) -> NodeFacts:
+    """``facts`` whose GPUs report no memory health (as facts read before the field, or from a
+    driver without the calls): the bundled profiles carry it, these tests want it gone."""
+    gpus = tuple(dataclasses.replace(gpu, memory_health=None) for gpu in facts.gpus)
+    return dataclasses.replace(facts, gpus=gpus)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ import pytest
 from gfd.facts import NodeFacts
 from gfd.sim import SimulationProfile, configure_library, load_profile
 from gfd.sim.faults import CallError, CriticalXid, Faults, GpuLost
-from tests.sim import simulate_raw
+from tests.sim import simulate_raw, without_memory_health
 
 from .test_sim_faults import with_faults
 from .test_sim_health import realistic
@@ -74,7 +74,7 @@ def xid_faults(*xids: CriticalXid) -> Faults:
         (realistic("dgx-a100"), 0xFF9F),  # every type, as a real H200 answers
         (realistic("dgx1-v100"), 0xFF9F),
         (realistic("rtx4090x8"), 0xC19C),  # no ECC: no memory-error events
-        (load_profile("dgx-a100").facts, 0xC19C),  # no memory health in the facts
+        (without_memory_health(load_profile("dgx-a100").facts), 0xC19C),  # no memory health
     ],
 )
 def test_supported_event_types(nvml: ModuleType, facts: NodeFacts, mask: int) -> None:

@@ -38,7 +38,7 @@ from gfd.sim.gpu_health import (
     with_default_memory_health,
 )
 from tests.oracles import oracle_path
-from tests.sim import read_simulated, simulate_raw
+from tests.sim import read_simulated, simulate_raw, without_memory_health
 
 from .test_sim_nvml import nvml_fails
 
@@ -134,7 +134,13 @@ def test_data_center_gpus_before_ampere_retire_pages_and_remap_no_rows(
         nvml.nvmlShutdown()
 
 
-@pytest.mark.parametrize("facts", [realistic("rtx4090x8"), load_profile("dgx-h100").facts])
+@pytest.mark.parametrize(
+    "facts",
+    [
+        with_default_memory_health(without_memory_health(load_profile("rtx4090x8").facts)),
+        without_memory_health(load_profile("dgx-h100").facts),
+    ],
+)
 def test_geforce_boards_and_gpus_without_memory_health_report_none(
     nvml: ModuleType, facts: NodeFacts
 ) -> None:

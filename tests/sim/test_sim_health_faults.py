@@ -33,7 +33,7 @@ from gfd.sim.faults import (
 )
 from gfd.sim.faults.primitives import MAX_EVENTS
 from gfd.sim.gpu_health import with_default_memory_health
-from tests.sim import simulate_raw
+from tests.sim import simulate_raw, without_memory_health
 
 from .test_sim_health import realistic
 from .test_sim_limits import HEADER, header_define
@@ -161,7 +161,7 @@ def test_health_faults_round_trip_through_the_profile_yaml(tmp_path: Path) -> No
         mig.gpus[1], mig_mode_current=False, mig_mode_pending=False, mig_devices=()
     )
     facts = with_default_memory_health(
-        dataclasses.replace(mig, gpus=(mig.gpus[0], whole, *mig.gpus[2:]))
+        without_memory_health(dataclasses.replace(mig, gpus=(mig.gpus[0], whole, *mig.gpus[2:])))
     )
     profile = tmp_path / "machine.yaml"
     profile.write_text(

@@ -168,8 +168,36 @@ def test_device_identity_matches_the_profile(nvml: ModuleType) -> None:
             assert nvml.nvmlDeviceGetBrand(handle) == pynvml.NVML_BRAND_NVIDIA
             assert nvml.nvmlDeviceGetComputeMode(handle) == pynvml.NVML_COMPUTEMODE_DEFAULT
             assert nvml.nvmlDeviceGetDisplayMode(handle) == pynvml.NVML_FEATURE_DISABLED
-            assert nvml.nvmlDeviceGetVirtualizationMode(handle) == 0
+            # A DGX H100 is bare metal.
+            assert gpu.virtualization_mode == pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE
+            assert nvml.nvmlDeviceGetVirtualizationMode(handle) == gpu.virtualization_mode
             assert nvml.nvmlDeviceGetMigMode(handle) == [0, 0]
+        nvml.nvmlShutdown()
+
+
+def test_virtualization_mode_is_the_facts_and_not_supported_without_them(
+    nvml: ModuleType, lib: ctypes.CDLL
+) -> None:
+    modes = (
+        pynvml.NVML_GPU_VIRTUALIZATION_MODE_NONE,
+        pynvml.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH,
+        pynvml.NVML_GPU_VIRTUALIZATION_MODE_VGPU,
+        None,
+    )
+    gpus = tuple(bare_gpu(i, virtualization_mode=mode) for i, mode in enumerate(modes))
+    with simulate_raw(NodeFacts(gpus=gpus)):
+        nvml.nvmlInit()
+        for i, mode in enumerate(modes):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            if mode is None:
+                with nvml_fails(pynvml.NVML_ERROR_NOT_SUPPORTED):
+                    nvml.nvmlDeviceGetVirtualizationMode(handle)
+            else:
+                assert nvml.nvmlDeviceGetVirtualizationMode(handle) == mode
+        assert (
+            lib.nvmlDeviceGetVirtualizationMode(nvml.nvmlDeviceGetHandleByIndex(0), None)
+            == pynvml.NVML_ERROR_INVALID_ARGUMENT
+        )
         nvml.nvmlShutdown()
 
 

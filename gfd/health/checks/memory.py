@@ -76,16 +76,13 @@ class MemoryCheck:
     def __init__(self, setup: CheckSetup, previous: Check | None = None) -> None:
         self._hold = setup.events.hold
         self._clock = setup.clock
-        self._log = setup.log
         #: Per GPU UUID.
         self._ecc: dict[str, _EccCount] = {}
-        self._note = ""
         if isinstance(previous, MemoryCheck):
             self._ecc = {
                 uuid: _EccCount(count.last, count.new_errors, count.risen_at)
                 for uuid, count in previous._ecc.items()
             }
-            self._note = previous._note
 
     def observe(self, seen: Observation) -> CheckResult:
         if seen.facts is None:
@@ -116,7 +113,6 @@ class MemoryCheck:
             for what, indices in blind.items()
             if indices
         )
-        self._say(note)
         if note:
             return CheckResult(MEMORY_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(MEMORY_CHECK, OK)
@@ -138,14 +134,6 @@ class MemoryCheck:
             known.new_errors = 0
             return None
         return f"{_many(known.new_errors, 'new uncorrectable ECC error')} (volatile count {count})"
-
-    def _say(self, note: str) -> None:
-        """Log what the check cannot decide when that changes (once, not every cycle)."""
-        if note == self._note:
-            return
-        self._note = note
-        if self._log is not None and note:
-            self._log.warning("GPU health check cannot decide", check=MEMORY_CHECK, why=note)
 
 
 def _repair_problems(name: str, health: MemoryHealth) -> list[Problem]:

@@ -99,15 +99,12 @@ class PcieCheck:
     def __init__(self, setup: CheckSetup, previous: Check | None = None) -> None:
         self._rules = setup.pcie
         self._clock = setup.clock
-        self._log = setup.log
         #: Per GPU UUID.
         self._degraded: dict[str, _Degradation] = {}
         self._replays: dict[str, _ReplayWindow] = {}
-        self._note = ""
         if isinstance(previous, PcieCheck):
             self._degraded = {uuid: replace(seen) for uuid, seen in previous._degraded.items()}
             self._replays = {uuid: replace(window) for uuid, window in previous._replays.items()}
-            self._note = previous._note
 
     def observe(self, seen: Observation) -> CheckResult:
         if seen.facts is None:
@@ -155,7 +152,6 @@ class PcieCheck:
             for what, indices in blind.items()
             if indices
         )
-        self._say(note)
         if note:
             return CheckResult(PCIE_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(PCIE_CHECK, OK)
@@ -203,14 +199,6 @@ class PcieCheck:
         for memory in (self._degraded, self._replays):
             for uuid in [uuid for uuid in memory if uuid not in present]:
                 del memory[uuid]
-
-    def _say(self, note: str) -> None:
-        """Log what the check cannot decide when that changes (once, not every cycle)."""
-        if note == self._note:
-            return
-        self._note = note
-        if self._log is not None and note:
-            self._log.warning("GPU health check cannot decide", check=PCIE_CHECK, why=note)
 
 
 def _judgeable(link: PcieLink) -> bool:

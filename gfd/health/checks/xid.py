@@ -117,7 +117,6 @@ class XidCheck:
     def __init__(self, setup: CheckSetup, previous: Check | None = None) -> None:
         self._rules = setup.events
         self._clock = setup.clock
-        self._log = setup.log
         #: Per GPU (by UUID, or "PCI:<bus id>" for one NVML does not list): the fatal Xids
         #: held, by Xid; the dictionaries below are keyed alike.
         self._held: dict[str, dict[int, _Seen]] = {}
@@ -128,7 +127,6 @@ class XidCheck:
         self._recent: dict[str, dict[XidThreshold, deque[tuple[float, float, int]]]] = {}
         #: Per GPU UUID: when (check's clock) its last fatal or storm Xid happened.
         self._last_fatal: dict[str, float] = {}
-        self._note = ""
         if isinstance(previous, XidCheck):
             self._held = {
                 uuid: {xid: replace(seen) for xid, seen in xids.items()}
@@ -143,7 +141,6 @@ class XidCheck:
                 for uuid, rules in previous._recent.items()
             }
             self._last_fatal = dict(previous._last_fatal)
-            self._note = previous._note
 
     def observe(self, seen: Observation) -> CheckResult:
         source = self._rules.xid_events
@@ -165,7 +162,6 @@ class XidCheck:
         if problems:
             return CheckResult(XID_CHECK, FAILING, problems)
         note = self._blind_spots(source)
-        self._say(note)
         if note:
             return CheckResult(XID_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(XID_CHECK, OK)
@@ -271,11 +267,3 @@ class XidCheck:
         if source.wait_error is not None:
             spots.append(f"waiting for Xid events fails ({source.wait_error})")
         return "; ".join(spots)
-
-    def _say(self, note: str) -> None:
-        """Log what the check cannot decide when that changes (once, not every cycle)."""
-        if note == self._note:
-            return
-        self._note = note
-        if self._log is not None and note:
-            self._log.warning("GPU health check cannot decide", check=XID_CHECK, why=note)
