@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gfd.config.options import OPTIONS_BY_NAME
-from gfd.config.values import MEMORY_CHECK, PCIE_CHECK, XID_CHECK
+from gfd.config.values import (
+    DEVICE_PLUGIN_CHECK,
+    FABRIC_CHECK,
+    MEMORY_CHECK,
+    PCIE_CHECK,
+    XID_CHECK,
+)
 
 if TYPE_CHECKING:
     from gfd.config import Settings
@@ -51,7 +57,9 @@ _READING = frozenset(
 )
 #: The settings each printing subcommand uses; any other flag is idle there.
 PRINTING_SETTINGS: Mapping[str, frozenset[str]] = {
-    "labels": _READING | {"mig_strategy", "label_mode"},
+    # --no-timestamp asks for what labels prints anyway (no timestamp); capture scripts
+    # written before that was so pass it (scripts/real-gpu-capture.sh).
+    "labels": _READING | {"mig_strategy", "label_mode", "no_timestamp"},
     # -o FILE: the capture file, written whole or not at all.
     "facts": _READING | {"output_file"},
     "topo": _READING,
@@ -72,6 +80,14 @@ class IdleRule:
 
 def _feature_file_written(settings: Settings) -> bool:
     return not settings.no_output_file and settings.output_file not in ("", "-")
+
+
+def _grace_delays(settings: Settings) -> bool:
+    """Whether a check that waits out the grace period runs: device-plugin (with the node
+    sink's Node), fabric (a registration not done yet) and pcie (a link below its reach)."""
+    checks = set(settings.health_checks)
+    plugin = settings.patch_node and DEVICE_PLUGIN_CHECK in checks
+    return plugin or bool({FABRIC_CHECK, PCIE_CHECK} & checks)
 
 
 def _xids_seen(settings: Settings) -> bool:
@@ -154,8 +170,8 @@ RUN_IDLE_RULES: tuple[IdleRule, ...] = (
     ),
     IdleRule(
         "health_grace_period",
-        lambda s: not s.patch_node or "device-plugin" not in s.health_checks,
-        "without --patch-node and the device-plugin check (the only check it delays)",
+        lambda s: not _grace_delays(s),
+        "without a check it delays (device-plugin with --patch-node, fabric, pcie)",
     ),
     IdleRule(
         "health_resource_slice_interval",

@@ -5,10 +5,13 @@ the link could reach (:attr:`gfd.facts.PcieLink.reachable_generation` and
 ``reachable_width``: NVML's maximum "possible with this device and system", the lower of
 the GPU's and its slot's), not the current link, so the labels stay put while a link
 idles at a lower generation; a link trained below its reach is the ``pcie`` health
-check's to report. A label is withheld, not guessed, unless every GPU answers it: a lowest
-over some GPUs could name a link better than the node's worst. GPUs attached to their CPU
-over NVLink-C2C (Grace) have no PCIe host link worth a label, so a node with one gets
-neither (and nothing is reported withheld: nothing was left unread).
+check's to report. A label is published only where every GPU answers it: a lowest over
+some GPUs could name a link better than the node's worst. A GPU that does not answer has
+said NOT_SUPPORTED (any other failure fails the read), so nothing was left unread and no
+label is reported withheld (withheld means "run gfd with what it lacks", which would not
+help here); the ``pcie`` health check says it cannot decide for such a GPU. GPUs attached
+to their CPU over NVLink-C2C (Grace) have no PCIe host link worth a label, so a node with
+one gets neither.
 """
 
 from __future__ import annotations
@@ -44,27 +47,7 @@ def pcie_labels(facts: NodeFacts) -> dict[str, str]:
     return labels
 
 
-def withheld_pcie_labels(facts: NodeFacts) -> tuple[tuple[str, str], ...]:
-    """(key, why) for each PCIe label left out because a GPU's link was not reported."""
-    if not facts.gpus or not _applies(facts):
-        return ()
-    withheld = []
-    for key in _REACH:
-        silent = [gpu.index for gpu in facts.gpus if _reach(gpu, key) is None]
-        if silent:
-            which = ", ".join(map(str, silent))
-            withheld.append(
-                (
-                    key,
-                    f"NVML does not report how far the PCIe link of GPU{'s' if len(silent) > 1 else ''} "
-                    f"{which} could reach (the driver or the GPU answers NOT_SUPPORTED)",
-                )
-            )
-    return tuple(withheld)
-
-
 PCIE_LABELER = FamilyLabeler(
     "PCIe link",
     lambda inputs: pcie_labels(inputs.facts),
-    report_withheld=lambda inputs: withheld_pcie_labels(inputs.facts),
 )

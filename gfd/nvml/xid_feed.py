@@ -35,10 +35,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gfd.facts import Gpu
 from gfd.nvml.kernel_xids import KernelLog, KernelXid, PciAddress
-from gfd.nvml.xid_events import UnwatchedGpu, XidEvent, XidGpu, XidSource
+
+if TYPE_CHECKING:
+    # The watcher's module, imported only where an Xid is handed on (_xid_event): a
+    # one-shot run, which starts no watcher, imports it only for a kernel log's Xid.
+    from gfd.nvml.xid_events import UnwatchedGpu, XidEvent, XidGpu, XidSource
 
 #: How far apart (seconds) the kernel's timestamp of an Xid and NVML's arrival of it may be.
 SAME_XID_SECONDS = 10.0
@@ -111,7 +116,7 @@ class XidFeed:
                 line = self._waiting.popleft()
                 if not self._admit(True, line.address, line.xid, line.at):
                     continue
-                event = XidEvent(gpu=_gpu_at(line.address, by_address), xid=line.xid, at=line.at)
+                event = _xid_event(_gpu_at(line.address, by_address), line)
                 handed.append(event)
                 if self.on_event is not None:
                     self.on_event(event)
@@ -143,7 +148,15 @@ class XidFeed:
         )
 
 
+def _xid_event(gpu: XidGpu, line: KernelXid) -> XidEvent:
+    from gfd.nvml.xid_events import XidEvent
+
+    return XidEvent(gpu=gpu, xid=line.xid, at=line.at)
+
+
 def _gpu_at(address: PciAddress, gpus: dict[PciAddress | None, Gpu]) -> XidGpu:
+    from gfd.nvml.xid_events import XidGpu
+
     gpu = gpus.get(address)
     if gpu is None:
         # A GPU NVML does not list (fallen off the bus): known by its address alone.

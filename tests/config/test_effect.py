@@ -122,7 +122,10 @@ def test_what_a_printing_subcommand_uses_is_accepted(command: str, tmp_path: Pat
         (["--health-taint-effect", "NoExecute"], "--health-taint-effect has no effect without --health-taint"),
         (["--health-condition"], "--health-condition has no effect without --patch-node"),
         (["--health-label", "--health-checks", "none"], "--health-label has no effect with --health-checks none"),
-        (["--health-grace-period", "1m"], "--health-grace-period has no effect without --patch-node"),
+        (
+            ["--health-checks", "gpu-lost,device-plugin", "--health-grace-period", "1m"],
+            "--health-grace-period has no effect without a check it delays",
+        ),
         (
             ["--oneshot", "--health-kernel-log", "none", "--health-ignored-xids", "13"],
             "--health-ignored-xids has no effect without the xid check, or with --oneshot and "

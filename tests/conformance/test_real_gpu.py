@@ -230,11 +230,15 @@ def test_unprivileged_on_the_h200_nvml_tells_what_config_space_cannot(
     unprivileged = json.loads((H200 / "unprivileged-nvml.json").read_text())
     assert unprivileged["uid"] != 0
     mode = unprivileged["nvmlDeviceGetVirtualizationMode"]
+    # The PCIe link as the same user read it (the capture predates gfd reading it).
+    link = PcieLink(**{fact: int(unprivileged[call]) for fact, call in PCIE_ANSWERS.items()})
     captured = load_profile(str(H200 / "facts.yaml")).facts
     facts = dataclasses.replace(
         captured,
         vgpu=None,
-        gpus=tuple(dataclasses.replace(g, virtualization_mode=mode) for g in captured.gpus),
+        gpus=tuple(
+            dataclasses.replace(g, virtualization_mode=mode, pcie=link) for g in captured.gpus
+        ),
     )
     path = tmp_path / "h200-unprivileged.yaml"
     path.write_text(dump_facts(facts))

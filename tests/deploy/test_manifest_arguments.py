@@ -10,6 +10,7 @@ import pytest
 from gfd.cli import parse_command_line
 from gfd.config import Settings, resolve_settings
 from gfd.config.effect import IdleFlags, idle_flags
+from gfd.config.values import HEALTH_CHECKS
 from gfd.metrics import DEFAULT_METRICS_ADDRESS, parse_listen_address
 from tests.deploy.manifests import NAMESPACE, OVERLAYS, pod_spec, render, workload
 
@@ -59,7 +60,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "label_mode": "auto",
         "mig_strategy": "none",
         "sharing": None,
-        "health_checks": ("gpu-lost", "device-plugin", "nvlink", "xid", "memory"),
+        "health_checks": HEALTH_CHECKS,
     },
 }
 

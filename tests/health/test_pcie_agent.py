@@ -2,8 +2,9 @@
 read by gfd's reader, judged by the ``pcie`` check and reported.
 
 - One-shot runs of ``gfd --simulate P --oneshot --health-label -o -`` (in this process):
-  every bundled profile without faults labels ``gpu.health=healthy``, and a link trained
-  down from the start labels ``PCIeLinkDegraded`` (a one-shot run reads once: no grace).
+  a link trained down from the start labels ``PCIeLinkDegraded`` (a one-shot run reads
+  once: no grace). That every bundled profile without faults labels ``healthy``, pcie
+  check included, is ``tests/health/test_oneshot_health_label.py``'s.
 - The periodic agent on the API server emulator, on a clock of the test's (the assembly of
   tests/health/test_xid_memory_agent.py): replays rising by a call's worth per call are
   judged per minute between cycles, the ``GPUHealthy`` condition and the taint carry each
@@ -22,7 +23,7 @@ from gfd.cli import main as gfd_main
 from gfd.facts import dump_facts
 from gfd.health.taint import TAINT_KEY
 from gfd.kube_api import KubeClient
-from gfd.sim import BUNDLED_PROFILES, load_profile
+from gfd.sim import load_profile
 from gfd.sim.faults import Faults, PcieLinkDown, PcieReplays, faults_to_dict
 from tests.emulator import ApiServerEmulator
 
@@ -46,12 +47,6 @@ def with_faults(tmp_path: Path, name: str, faults: Faults) -> Path:
     document = {key: value for key, value in faults_to_dict(faults).items() if value}
     path.write_text(dump_facts(load_profile(name).facts) + yaml.safe_dump({"faults": document}))
     return path
-
-
-@pytest.mark.parametrize("name", BUNDLED_PROFILES)
-def test_every_bundled_profile_without_faults_is_healthy(name: str) -> None:
-    labels = oneshot_labels(name)
-    assert labels[HEALTH] == "healthy"
 
 
 @pytest.mark.parametrize(

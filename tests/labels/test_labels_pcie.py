@@ -10,7 +10,7 @@ import pytest
 
 from gfd.facts import NodeFacts, PcieLink
 from gfd.labels import LabelOptions, build_labels
-from gfd.labels.pcie import GENERATION_KEY, WIDTH_KEY, pcie_labels, withheld_pcie_labels
+from gfd.labels.pcie import GENERATION_KEY, WIDTH_KEY, pcie_labels
 from gfd.sim import BUNDLED_PROFILES, load_profile
 from tests.factories import make_facts, make_gpu
 
@@ -66,22 +66,12 @@ def test_never_above_the_gpus_own_generation() -> None:
     assert pcie_labels(facts(odd)) == {GENERATION_KEY: "4", WIDTH_KEY: "16"}
 
 
-def test_a_gpu_that_does_not_answer_withholds_the_label_with_a_reason() -> None:
+def test_a_gpu_that_does_not_answer_leaves_the_label_out_without_a_warning() -> None:
+    """NOT_SUPPORTED is an answer: nothing was left unread, so nothing is withheld."""
     width_only = PcieLink(current_width=16, max_width=16)
     seen = facts(GEN5_X16, width_only, None)
     assert pcie_labels(seen) == {}
-    assert withheld_pcie_labels(seen) == (
-        (
-            GENERATION_KEY,
-            "NVML does not report how far the PCIe link of GPUs 1, 2 could reach (the "
-            "driver or the GPU answers NOT_SUPPORTED)",
-        ),
-        (
-            WIDTH_KEY,
-            "NVML does not report how far the PCIe link of GPU 2 could reach (the driver "
-            "or the GPU answers NOT_SUPPORTED)",
-        ),
-    )
+    assert not [key for key, _ in build_labels(seen, LabelOptions()).withheld if "pcie" in key]
     assert pcie_labels(facts(GEN5_X16, width_only)) == {WIDTH_KEY: "16"}
 
 
@@ -90,10 +80,9 @@ def test_gpus_attached_over_nvlink_c2c_get_none_and_nothing_is_withheld() -> Non
     placeholder = PcieLink(1, 1, 1, 1, 1, 0)
     seen = facts(placeholder, gpu_numa_id=1)
     assert pcie_labels(seen) == {}
-    assert withheld_pcie_labels(seen) == ()
     assert not [key for key, _ in build_labels(seen, LabelOptions()).withheld if "pcie" in key]
 
 
 def test_a_node_without_gpus_gets_none() -> None:
     empty = make_facts([])
-    assert pcie_labels(empty) == {} and withheld_pcie_labels(empty) == ()
+    assert pcie_labels(empty) == {}
