@@ -25,9 +25,7 @@ from gfd.cli import main as gfd_main
 from gfd.config import Settings
 from gfd.facts import dump_facts
 from gfd.sim import BUNDLED_PROFILES, load_profile
-
-#: The bundled profile whose facts are a fault, and its reason.
-FAULTY_PROFILES = {"gb200-nvl4-fabric-broken": "FabricNotReady"}
+from tests.sim import FAULTY_PROFILES
 
 
 def health_label(profile: str | Path, *flags: str) -> str:

@@ -11,6 +11,10 @@ from gfd.facts import NodeFacts
 from gfd.nvml.reader import read_facts
 from gfd.sim import SimulatedMachine, SimulationProfile, library_path, simulate
 
+#: The bundled profiles whose facts are a fault, and the health reason each models: the
+#: GB200 tray whose fabric registration failed (kept to withhold ``gpu.clique``).
+FAULTY_PROFILES = {"gb200-nvl4-fabric-broken": "FabricNotReady"}
+
 
 def without_memory_health(facts: NodeFacts) -> NodeFacts:
     """``facts`` whose GPUs report no memory health (as facts read before the field, or from a

@@ -1,7 +1,7 @@
 """A simulated run of any bundled profile is quiet at the default log level.
 
-The bundled profiles model healthy machines read with privileges, so nothing of a run on
-them deserves a warning: ``labels``, ``topo`` and ``facts`` print nothing on stderr, and a
+The bundled profiles model healthy machines read with privileges (but one, whose facts are
+a fault: ``tests.sim.FAULTY_PROFILES``), so nothing of a run on them deserves a warning: ``labels``, ``topo`` and ``facts`` print nothing on stderr, and a
 one-shot run logs only at info (its health verdict and what it published). A warning here
 means a profile lacks a fact its labels or checks need, or the simulated run reads
 something of the host. Each run is in-process, at the default log level (no
@@ -17,6 +17,7 @@ import pytest
 
 from gfd.cli import main as gfd_main
 from gfd.sim import BUNDLED_PROFILES
+from tests.sim import FAULTY_PROFILES
 
 PROFILES = sorted(BUNDLED_PROFILES)
 
@@ -49,7 +50,9 @@ def test_a_one_shot_run_on_a_bundled_profile_warns_of_nothing(
     capfd: pytest.CaptureFixture[str], profile: str
 ) -> None:
     err = run(capfd, "--simulate", profile, "--oneshot", "--output-file", "-")
-    # Logs to a stream that is no terminal are JSON lines: every one of them info.
+    # Logs to a stream that is no terminal are JSON lines: every one of them info, but
+    # the health problem a faulty profile models (tests.sim.FAULTY_PROFILES).
     lines = [json.loads(line) for line in err.splitlines()]
-    assert [line for line in lines if line["level"] != "info"] == []
+    warned = [line.get("reason") for line in lines if line["level"] != "info"]
+    assert warned == ([FAULTY_PROFILES[profile]] if profile in FAULTY_PROFILES else [])
     assert "labels published" in [line["event"] for line in lines]
