@@ -31,8 +31,10 @@ $(STAMP): $(RUNTIME_STAMP) requirements/ci.lock
 	touch $(STAMP)
 
 # Each command is shown exactly as it runs, so it can be pasted from the repository root.
-DEMO_LABELS := $(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level error
-DEMO_TOPO   := $(BIN)/gfd --simulate dgx-h100 topo --log-level error
+# A healthy simulated machine logs no warning: the one-shot's --log-level warning leaves out
+# only its info lines (the health verdict, what was published), and topo logs nothing.
+DEMO_LABELS := $(BIN)/gfd --simulate dgx-h100 --oneshot --no-timestamp --output-file - --log-level warning
+DEMO_TOPO   := $(BIN)/gfd --simulate dgx-h100 topo
 
 demo: $(RUNTIME_STAMP)
 	@echo "== labels of a simulated DGX H100: $(DEMO_LABELS)"
