@@ -12,7 +12,7 @@ The value is compact JSON, the same text for the same GPUs on every run (keys in
 order, GPUs by index, no spaces, non-ASCII escaped)::
 
     {"v":1,"devices":[{"index":0,"uuid":"GPU-…","pcieBusID":"0000:1b:00.0",
-     "serial":"1650…","productName":"NVIDIA H100 80GB HBM3"}, …]}
+     "serial":"1650…","productName":"NVIDIA H100 80GB HBM3","migEnabled":false}, …]}
 
 The field names and value formats are those of NVIDIA's DRA driver for GPUs, whose
 ResourceSlices name a GPU by them (``NVIDIA/k8s-dra-driver-gpu``,
@@ -20,7 +20,9 @@ ResourceSlices name a GPU by them (``NVIDIA/k8s-dra-driver-gpu``,
 them, and ``pcieBusID`` as go-nvlib's ``GetPCIBusID`` writes NVML's bus id (lower case,
 the first four of its eight domain digits dropped when they are zeros:
 ``0000:1b:00.0``). ``index`` is NVML's index (``nvidia-smi``'s and DCGM's ``gpu``);
-``serial`` (``nvmlDeviceGetSerial``, the board's) is left out for a GPU that has none.
+``serial`` (``nvmlDeviceGetSerial``, the board's) is left out for a GPU that has none, and
+``migEnabled`` (MIG mode now, ``nvmlDeviceGetMigMode``: the DRA driver's internal name) for a
+GPU without MIG.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ IDENTITY_ANNOTATION = "nvidia.com/gpu.devices"
 IDENTITY_VERSION = 1
 #: The largest value written: a quarter of the 256 KiB all of a Node's annotations share.
 #: A GPU as NVML reports it (ASCII text in NVML's buffers: 96 bytes for the UUID and the
-#: name, 30 for the serial) takes at most about 330 bytes, so the facts' most GPUs
+#: name, 30 for the serial) takes at most about 350 bytes (with migEnabled), so the facts' most GPUs
 #: (``gfd.facts_limits.MAX_GPUS``, 128) fit with room to spare
 #: (``tests/sinks/test_node_identity.py``); only a facts file with absurd texts could
 #: pass it, and its annotation is then left out, as the topology's matrix is past its own.
@@ -61,6 +63,10 @@ def gpu_identity(gpu: Gpu) -> dict[str, Any]:
     if gpu.serial is not None:
         entry["serial"] = gpu.serial
     entry["productName"] = gpu.name
+    if gpu.mig_mode_current is not None:
+        # Which GPUs have MIG on, for NVIDIA's DRA driver's users (it partitions them on
+        # demand; its internal name for it): left out for a GPU without MIG.
+        entry["migEnabled"] = gpu.mig_mode_current
     return entry
 
 

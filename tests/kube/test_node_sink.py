@@ -465,6 +465,7 @@ def test_the_gpus_identity_is_written_when_it_changes_and_removed_with_the_last_
         "pcieBusID": "0000:61:00.0",
         "serial": "0123456102999",
         "productName": "NVIDIA H100 80GB HBM3",
+        "migEnabled": False,
     }
 
     assert sink.publish(publication(**identity_annotation(make_facts([])))) is True

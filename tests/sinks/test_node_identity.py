@@ -67,9 +67,24 @@ def test_a_dgx_h100_carries_each_gpus_identity_by_index() -> None:
         "pcieBusID": "0000:1b:00.0",
         "serial": "0123456102000",
         "productName": "NVIDIA H100 80GB HBM3",
+        # MIG capable, disabled (the profile's header says so).
+        "migEnabled": False,
     }
-    assert list(first) == ["index", "uuid", "pcieBusID", "serial", "productName"]
+    assert list(first) == ["index", "uuid", "pcieBusID", "serial", "productName", "migEnabled"]
     assert len({entry["uuid"] for entry in entries}) == 8
+
+
+def test_which_gpus_have_mig_on_and_none_for_a_gpu_without_mig() -> None:
+    # hgx-h200-mig has MIG on for every GPU: here GPU 2's was turned off again.
+    mig = load_profile("hgx-h200-mig").facts
+    gpus = tuple(
+        dataclasses.replace(gpu, mig_mode_current=False, mig_devices=()) if gpu.index == 2 else gpu
+        for gpu in mig.gpus
+    )
+    facts = dataclasses.replace(mig, gpus=gpus)
+    assert [entry["migEnabled"] for entry in devices(facts)] == [True] * 2 + [False] + [True] * 5
+    # rtx4090x8: GeForce, no MIG at all.
+    assert all("migEnabled" not in entry for entry in devices(load_profile("rtx4090x8").facts))
 
 
 def test_a_gpu_without_a_serial_has_no_serial_field() -> None:
