@@ -89,6 +89,18 @@ def gpu_name(index: int | None, address: str | None) -> str:
     return f"GPU {index} ({where})" if index is not None else f"the GPU at {where}"
 
 
+def blind_spots(blind: Mapping[str, Iterable[int]]) -> str:
+    """A check's ``CANNOT_DECIDE`` note: each thing it cannot see and the GPUs (by index)
+    it cannot see it on, ``"no ECC count on GPUs 0, 3"``; empty when it sees everything."""
+    spots = []
+    for what, indices in blind.items():
+        listed = list(indices)
+        if listed:
+            gpus = "GPUs" if len(listed) > 1 else "GPU"
+            spots.append(f"{what} on {gpus} {', '.join(map(str, listed))}")
+    return "; ".join(spots)
+
+
 class GpuDirectory:
     """The NVML index and sysfs address of every GPU seen in this process's life.
 

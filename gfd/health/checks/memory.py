@@ -38,6 +38,7 @@ from gfd.health.check import (
     CheckSetup,
     Observation,
     Problem,
+    blind_spots,
     gpu_name,
 )
 from gfd.pci import sysfs_bus_id
@@ -108,11 +109,7 @@ class MemoryCheck:
             rank = {reason: position for position, reason in enumerate(self.reasons)}
             problems.sort(key=lambda problem: rank[problem.reason])
             return CheckResult(MEMORY_CHECK, FAILING, tuple(problems))
-        note = "; ".join(
-            f"{what} on GPU{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"
-            for what, indices in blind.items()
-            if indices
-        )
+        note = blind_spots(blind)
         if note:
             return CheckResult(MEMORY_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(MEMORY_CHECK, OK)

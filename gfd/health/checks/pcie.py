@@ -49,6 +49,7 @@ from gfd.health.check import (
     CheckSetup,
     Observation,
     Problem,
+    blind_spots,
     gpu_name,
 )
 from gfd.pci import sysfs_bus_id
@@ -147,11 +148,7 @@ class PcieCheck:
             return CheckResult(PCIE_CHECK, FAILING, tuple(_by_reason(failing, self.reasons)))
         if pending:
             return CheckResult(PCIE_CHECK, PENDING, tuple(pending))
-        note = "; ".join(
-            f"{what} on GPU{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices))}"
-            for what, indices in blind.items()
-            if indices
-        )
+        note = blind_spots(blind)
         if note:
             return CheckResult(PCIE_CHECK, CANNOT_DECIDE, note=note)
         return CheckResult(PCIE_CHECK, OK)
