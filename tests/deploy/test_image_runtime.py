@@ -92,8 +92,8 @@ def meant_for_the_image(name: str, shipped: set[str]) -> bool:
     return any(canonicalize_name(owner) in shipped for owner in owners)
 
 
-def loaded_modules(tmp: Path, *args: str) -> set[str]:
-    """The modules a one-shot gfd run with ``args`` loads, here."""
+def loaded_modules(tmp: Path, *args: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules a one-shot gfd run with ``args`` (and ``env``) loads, here."""
     record = tmp / "modules.txt"
     result = subprocess.run(
         [
@@ -114,7 +114,13 @@ def loaded_modules(tmp: Path, *args: str) -> set[str]:
         text=True,
         timeout=120,
         check=False,
-        env={**os.environ, "NODE_NAME": NODE, "NAMESPACE": "gpu-operator", "POD_NAME": "gfd-abcde"},
+        env={
+            **os.environ,
+            "NODE_NAME": NODE,
+            "NAMESPACE": "gpu-operator",
+            "POD_NAME": "gfd-abcde",
+            **(env or {}),
+        },
     )
     assert result.returncode == 0, f"gfd {' '.join(args)} failed here:\n{result.stderr}"
     return {
@@ -132,11 +138,12 @@ SINK_PATHS = {
         "--kubeconfig",
         str(kubeconfig),
     ],
-    "metrics": lambda tmp, kubeconfig: [
-        "--metrics-address",
-        "127.0.0.1:0",
-    ],
+    "metrics": lambda tmp, kubeconfig: [],
 }
+#: The metrics endpoint's address comes from the environment, as the DaemonSet gives it: a
+#: one-shot run refuses --metrics-address on its command line (it ends before a scrape),
+#: but serves what its environment asks for.
+SINK_PATH_ENV = {"metrics": {"GFD_METRICS_ADDRESS": "127.0.0.1:0"}}
 
 
 @pytest.fixture(scope="session")
@@ -150,7 +157,7 @@ def sink_path_modules(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set
         for path, arguments in sorted(SINK_PATHS.items()):
             tmp = tmp_path_factory.mktemp(path)
             kubeconfig = emulator.write_kubeconfig(tmp / "kubeconfig", TOKEN)
-            modules = loaded_modules(tmp, *arguments(tmp, kubeconfig))
+            modules = loaded_modules(tmp, *arguments(tmp, kubeconfig), env=SINK_PATH_ENV.get(path))
             assert any(name.startswith("gfd.sinks") for name in modules), modules
             recorded[path] = {name for name in modules if meant_for_the_image(name, shipped)}
     return recorded
