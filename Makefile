@@ -49,7 +49,7 @@ demo: $(RUNTIME_STAMP)
 	@echo "   (more in README.md, 'Using it')"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n auto --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check gfd tests bench

@@ -1,17 +1,18 @@
 """Suite-wide hooks: oracle suites are gated on their oracle and counted in the closing lines.
 
 A test marked ``@pytest.mark.oracle("NAME")`` runs only where that oracle is present (see
-``tests/oracles.py``); the terminal summary gives, per oracle, how many cases ran, and one line
-for the oracle suites that were skipped and why.
+``tests/oracles.py``); its reports name the oracle, so that the terminal summary
+(``tests/closing_lines.py``) gives, per oracle, how many cases ran, and one line for the
+oracle suites that were skipped and why.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 from hypothesis import settings
 
+from tests import closing_lines
+from tests.closing_lines import ORACLE
 from tests.oracles import ORACLES, oracle_path
 
 # No test asserts on time (the machines are shared and noisy; performance is measured
@@ -19,12 +20,13 @@ from tests.oracles import ORACLES, oracle_path
 settings.register_profile("gfd", deadline=None)
 settings.load_profile("gfd")
 
-_ran: Counter[str] = Counter()
-_failed: Counter[str] = Counter()
-_skipped: dict[str, str] = {}
+#: How many workers make test runs, which tests run together, which first (pytest-xdist).
+pytest_plugins = ["tests.parallel"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Each suite's closing line is counted where every report arrives.
+    config.pluginmanager.register(closing_lines, "gfd-closing-lines")
     config.addinivalue_line(
         "markers", "oracle(name): the test runs against a third-party oracle (tests/oracles.py)"
     )
@@ -41,39 +43,8 @@ def _oracle_names(item: pytest.Item) -> list[str]:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    for name in _oracle_names(item):
-        oracle_path(name)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
-    outcome = yield
-    report = outcome.get_result()
     names = _oracle_names(item)
-    if not names:
-        return
-    if report.skipped and report.when == "setup":
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        for name in names:
-            _skipped.setdefault(name, reason.removeprefix("Skipped: "))
-    elif report.when == "call":
-        for name in names:
-            _ran[name] += 1
-            if report.failed:
-                _failed[name] += 1
-    elif report.failed:
-        for name in names:
-            _failed[name] += 1
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
-    if _ran:
-        cases = ", ".join(
-            f"{name} {_ran[name]} cases ({_failed[name]} failed)" for name in sorted(_ran)
-        )
-        terminalreporter.write_line(f"oracle suites: {cases}")
-    if _skipped:
-        terminalreporter.write_line(
-            "oracle suites skipped: "
-            + "; ".join(f"{name}: {reason}" for name, reason in sorted(_skipped.items()))
-        )
+    # Tagged before the oracles are looked for: a skip's report names them all too.
+    item.user_properties.extend((ORACLE, name) for name in names)
+    for name in names:
+        oracle_path(name)

@@ -2,7 +2,8 @@
 
 A case is one test item (a parametrised variant is one case). ``family_of(nodeid)`` names
 its family; the line reads ``<title>: N cases (fam a, ...), P passed, F failed``, then the
-known defects (strict expected failures) and skips, if any.
+known defects (strict expected failures) and skips, if any. ``tests/closing_lines.py`` feeds
+the tallies and prints their lines.
 """
 
 from __future__ import annotations
@@ -49,3 +50,35 @@ class SuiteTally:
         if counts["skipped"]:
             line += f", {counts['skipped']} skipped"
         return line
+
+
+#: The reliability suite's modules, by the fault family each covers.
+RELIABILITY_FAMILIES = {
+    "test_nvml_faults.py": "nvml",
+    "test_file_faults.py": "file",
+    "test_api_faults.py": "api",
+    "test_bad_input.py": "input",
+    "test_pacing.py": "fleet",
+    "test_reload_faults.py": "reload",
+}
+
+
+def reliability_family(nodeid: str) -> str:
+    return RELIABILITY_FAMILIES.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1], "other")
+
+
+#: The hostile corpus's modules whose cases are one family; elsewhere the family is the part
+#: of the parameter id before ``/`` (``config/alias-bomb``), or ``process`` for a test that
+#: runs gfd as a process.
+_HOSTILE_MODULE_FAMILIES = {"test_http.py": "http", "test_generated.py": "generated"}
+
+
+def hostile_family(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    name = module.rsplit("/", 1)[-1]
+    if "process" in nodeid.split("::", 1)[-1].split("[", 1)[0]:
+        return "process"
+    param = nodeid.partition("[")[2].rstrip("]")
+    if name in _HOSTILE_MODULE_FAMILIES:
+        return _HOSTILE_MODULE_FAMILIES[name]
+    return param.split("/", 1)[0] if "/" in param else "other"

@@ -78,7 +78,9 @@ def test_no_nvml_library_says_how_to_run_gfd_anyway(command: list[str], tmp_path
             env={},
             stdout=io.StringIO(),
         )
-    (line,) = err.getvalue().splitlines()
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1, lines
+    (line,) = lines
     assert code == EXIT_FAILED
     assert line.startswith(
         "gfd: error: NVML load failed: NVML_ERROR_LIBRARY_NOT_FOUND (code 12) "

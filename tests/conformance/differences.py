@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PREFIX = "nvidia.com/"
 
@@ -269,19 +270,30 @@ def compare(
     return Verdict(tuple(used), tuple(unexpected))
 
 
+def verdict_record(case_id: str, source: str, verdict: Verdict) -> dict[str, Any]:
+    """One case's verdict as its report carries it to the closing line (plain data, as
+    pytest-xdist sends reports between processes): a test gives it to ``record_property``
+    under ``tests.closing_lines.REFERENCE_VERDICT``."""
+    return {
+        "case": case_id,
+        "source": source,
+        "expected": list(verdict.expected),
+        "unexpected": list(verdict.unexpected),
+    }
+
+
 class Tally:
-    """The cases compared in this session, for the closing line (``conftest.py`` here)."""
+    """The cases compared in a run, for the closing line (``tests/closing_lines.py``)."""
 
     def __init__(self) -> None:
         self.verdicts: dict[str, Verdict] = {}
         #: Where the reference's outcomes came from (live, or which records), in order.
         self.sources: dict[str, None] = {}
 
-    def record(self, case_id: str, verdict: Verdict) -> None:
-        self.verdicts[case_id] = verdict
-
-    def note_source(self, source: str) -> None:
-        self.sources[source] = None
+    def record(self, entry: Mapping[str, Any]) -> None:
+        """One case, as :func:`verdict_record` wrote it."""
+        self.sources[entry["source"]] = None
+        self.verdicts[entry["case"]] = Verdict(tuple(entry["expected"]), tuple(entry["unexpected"]))
 
     def summary(self) -> str | None:
         if not self.verdicts:
@@ -303,6 +315,3 @@ class Tally:
             f"(gfd's topology keys aside), {len(expected)} with expected differences"
             f"{f' ({entries})' if entries else ''}, {unexpected} unexpected"
         )
-
-
-TALLY = Tally()

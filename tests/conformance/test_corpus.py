@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 import pytest
 
 from gfd.facts import GPU_VIRTUALIZATION_MODES, Gpu, NodeFacts, VgpuInfo
-from tests.conformance.differences import TALLY, compare, invalid_labels
+from tests.closing_lines import REFERENCE_VERDICT
+from tests.conformance.differences import compare, invalid_labels, verdict_record
 from tests.conformance.reference import (
     MachineSpec,
     Pair,
@@ -201,14 +202,15 @@ def suite_cases() -> tuple[list[Run], dict[str, MachineSpec]]:
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pair]:
     source = reference_source(SUITE)
-    TALLY.note_source(source.describe())
     return run_pairs(
         source, [c.run() for c in CASES], machine_specs(), tmp_path_factory.mktemp("corpus")
     )
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.case_id)
-def test_corpus_case(case: CorpusCase, pairs: dict[str, Pair]) -> None:
+def test_corpus_case(
+    case: CorpusCase, pairs: dict[str, Pair], record_property: Callable[[str, object], None]
+) -> None:
     pair = pairs[case.case_id]
     ref, ours = pair.reference_outcome(), pair.gfd
     verdict = compare(
@@ -216,7 +218,8 @@ def test_corpus_case(case: CorpusCase, pairs: dict[str, Pair]) -> None:
         (ours.labelled, ours.labels, ours.describe()),
         case.tags,
     )
-    TALLY.record(f"corpus:{case.case_id}", verdict)
+    source = reference_source(SUITE).describe()
+    record_property(REFERENCE_VERDICT, verdict_record(f"corpus:{case.case_id}", source, verdict))
     assert not verdict.unexpected, (
         f"{case.case_id}: differences no reviewed entry explains "
         "(tests/conformance/differences.py):\n  " + "\n  ".join(verdict.unexpected)

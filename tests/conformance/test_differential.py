@@ -16,12 +16,14 @@ runs. A case whose inputs changed since the record, or that has none, fails.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from gfd.sim import BUNDLED_PROFILES, load_profile
-from tests.conformance.differences import TALLY, compare
+from tests.closing_lines import REFERENCE_VERDICT
+from tests.conformance.differences import compare, verdict_record
 from tests.conformance.reference import (
     MachineSpec,
     Pair,
@@ -107,7 +109,6 @@ def pairs(
 ) -> dict[str, Pair]:
     """Every selected case of this module, run in one batch the first time one is needed."""
     source = reference_source(SUITE)
-    TALLY.note_source(source.describe())
     selected: dict[str, DiffCase] = {}
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
@@ -126,7 +127,9 @@ def pairs(
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.case_id)
-def test_labels_match_the_reference(case: DiffCase, pairs: dict[str, Pair]) -> None:
+def test_labels_match_the_reference(
+    case: DiffCase, pairs: dict[str, Pair], record_property: Callable[[str, object], None]
+) -> None:
     pair = pairs[case.case_id]
     ref, ours = pair.reference_outcome(), pair.gfd
     verdict = compare(
@@ -134,7 +137,8 @@ def test_labels_match_the_reference(case: DiffCase, pairs: dict[str, Pair]) -> N
         (ours.labelled, ours.labels, ours.describe()),
         case.tags,
     )
-    TALLY.record(case.case_id, verdict)
+    source = reference_source(SUITE).describe()
+    record_property(REFERENCE_VERDICT, verdict_record(case.case_id, source, verdict))
     if "mixed-models" in case.tags and ref.labels is not None and ref.labelled:
         # Where the reference flaps, it still describes one whole model of the node.
         models = _models(case.profile)

@@ -10,19 +10,20 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.closing_lines import KUBE_APISERVER
 from tests.controlplane import ControlPlane, ControlPlaneError
 from tests.deploy.manifests import venv_kubectl
 from tests.oracles import oracle_path, oracles_required
 from tests.realkube.cluster import GfdCluster, GfdPod, deploy_objects
 
-#: What the closing summary reports: the server the suite ran against, and its cases.
+#: The server this process's control plane runs, once started (``tests/closing_lines.py``
+#: names it in the closing line).
 _served: dict[str, str] = {}
-_cases: dict[str, int] = {"passed": 0, "failed": 0, "skipped": 0}
 
 NFD_CRDS_ENV = "NFD_CRDS"
 
@@ -82,18 +83,12 @@ def garbage_collector(control_plane: ControlPlane) -> ControlPlane:
     return control_plane
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if not report.nodeid.startswith("tests/realkube/"):
-        return
-    if report.when == "call" or (report.when == "setup" and not report.passed):
-        outcome = "failed" if report.failed else report.outcome
-        _cases[outcome] = _cases.get(outcome, 0) + 1
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Tags each report with the server it ran against, for the closing line."""
+    report = yield
     if "version" in _served:
-        counts = ", ".join(f"{n} {what}" for what, n in _cases.items() if n)
-        terminalreporter.write_line(
-            f"real-server suite (tests/realkube): {sum(_cases.values())} cases ({counts}) "
-            f"against kube-apiserver {_served['version']}"
-        )
+        report.user_properties.append((KUBE_APISERVER, _served["version"]))
+    return report
