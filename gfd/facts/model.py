@@ -293,7 +293,7 @@ class Gpu:
         """Whether the GPU reaches its CPU over a coherent link (NVLink-C2C on Grace Hopper
         and Grace Blackwell) rather than PCIe: NVML then makes the GPU's memory a NUMA node
         of its own (:attr:`gpu_numa_id`). What NVML answers of such a GPU's PCIe link says
-        nothing of its path to the CPU (a GB10 answers a placeholder Gen1 x1)."""
+        nothing of its path to the CPU (a GB10 answers Gen1 x1 for a link it does not have)."""
         return self.gpu_numa_id is not None
 
 

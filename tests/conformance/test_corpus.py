@@ -31,6 +31,7 @@ from tests.conformance.differences import compare, invalid_labels, verdict_recor
 from tests.conformance.reference import (
     MachineSpec,
     Pair,
+    ReferenceSource,
     Run,
     facts_machine,
     reference_source,
@@ -200,8 +201,14 @@ def suite_cases() -> tuple[list[Run], dict[str, MachineSpec]]:
 
 
 @pytest.fixture(scope="module")
-def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pair]:
-    source = reference_source(SUITE)
+def source() -> ReferenceSource:
+    """Where this module's reference outcomes come from (asked once: live, it checks the
+    binary can run)."""
+    return reference_source(SUITE)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory, source: ReferenceSource) -> dict[str, Pair]:
     return run_pairs(
         source, [c.run() for c in CASES], machine_specs(), tmp_path_factory.mktemp("corpus")
     )
@@ -209,7 +216,10 @@ def pairs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pair]:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.case_id)
 def test_corpus_case(
-    case: CorpusCase, pairs: dict[str, Pair], record_property: Callable[[str, object], None]
+    case: CorpusCase,
+    pairs: dict[str, Pair],
+    source: ReferenceSource,
+    record_property: Callable[[str, object], None],
 ) -> None:
     pair = pairs[case.case_id]
     ref, ours = pair.reference_outcome(), pair.gfd
@@ -218,8 +228,9 @@ def test_corpus_case(
         (ours.labelled, ours.labels, ours.describe()),
         case.tags,
     )
-    source = reference_source(SUITE).describe()
-    record_property(REFERENCE_VERDICT, verdict_record(f"corpus:{case.case_id}", source, verdict))
+    record_property(
+        REFERENCE_VERDICT, verdict_record(f"corpus:{case.case_id}", source.describe(), verdict)
+    )
     assert not verdict.unexpected, (
         f"{case.case_id}: differences no reviewed entry explains "
         "(tests/conformance/differences.py):\n  " + "\n  ".join(verdict.unexpected)

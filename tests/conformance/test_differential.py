@@ -27,6 +27,7 @@ from tests.conformance.differences import compare, verdict_record
 from tests.conformance.reference import (
     MachineSpec,
     Pair,
+    ReferenceSource,
     Run,
     profile_machine,
     reference_source,
@@ -104,11 +105,19 @@ def suite_cases() -> tuple[list[Run], dict[str, MachineSpec]]:
 
 
 @pytest.fixture(scope="module")
+def source() -> ReferenceSource:
+    """Where this module's reference outcomes come from (asked once: live, it checks the
+    binary can run)."""
+    return reference_source(SUITE)
+
+
+@pytest.fixture(scope="module")
 def pairs(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    source: ReferenceSource,
 ) -> dict[str, Pair]:
     """Every selected case of this module, run in one batch the first time one is needed."""
-    source = reference_source(SUITE)
     selected: dict[str, DiffCase] = {}
     for item in request.session.items:
         callspec = getattr(item, "callspec", None)
@@ -128,7 +137,10 @@ def pairs(
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.case_id)
 def test_labels_match_the_reference(
-    case: DiffCase, pairs: dict[str, Pair], record_property: Callable[[str, object], None]
+    case: DiffCase,
+    pairs: dict[str, Pair],
+    source: ReferenceSource,
+    record_property: Callable[[str, object], None],
 ) -> None:
     pair = pairs[case.case_id]
     ref, ours = pair.reference_outcome(), pair.gfd
@@ -137,8 +149,7 @@ def test_labels_match_the_reference(
         (ours.labelled, ours.labels, ours.describe()),
         case.tags,
     )
-    source = reference_source(SUITE).describe()
-    record_property(REFERENCE_VERDICT, verdict_record(case.case_id, source, verdict))
+    record_property(REFERENCE_VERDICT, verdict_record(case.case_id, source.describe(), verdict))
     if "mixed-models" in case.tags and ref.labels is not None and ref.labelled:
         # Where the reference flaps, it still describes one whole model of the node.
         models = _models(case.profile)
