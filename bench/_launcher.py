@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,15 +83,18 @@ def child_environment(workdir: Path) -> dict[str, str]:
 
 def console_script(workdir: Path) -> Path:
     """The ``gfd`` command as pip installs it (the container's entry point): a script
-    that imports ``gfd.cli`` and calls ``main``, without ``runpy`` as ``-m`` has."""
+    that imports the entry point ``pyproject.toml`` names and calls it, without
+    ``runpy`` as ``-m`` has."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        module, _, function = tomllib.load(file)["project"]["scripts"]["gfd"].partition(":")
     script = workdir / "bin" / "gfd"
     if not script.exists():
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(
-            "import re\nimport sys\nfrom gfd.cli import main\n"
+            f"import sys\nfrom {module} import {function}\n"
             "if __name__ == '__main__':\n"
-            "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
-            "    sys.exit(main())\n",
+            "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n"
+            f"    sys.exit({function}())\n",
             encoding="utf-8",
         )
     return script

@@ -1,5 +1,5 @@
 """``python -m gfd``: the same entry point as the ``gfd`` console script."""
 
-from gfd.cli import main
+from gfd.console import main
 
 raise SystemExit(main())

@@ -22,7 +22,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
         {"gfd", "gfd.errors"},
-        {"gfd.inputs"},
+        {"gfd.inputs", "gfd.startup_gc"},
         {"gfd.logs", "gfd.facts_limits", "gfd.pci"},
         {"gfd.facts", "gfd.config"},
         {"gfd.topology", "gfd.kube_api"},
@@ -34,6 +34,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"gfd.app"},
         {"gfd.doctor"},
         {"gfd.cli"},
+        {"gfd.console"},
         {"gfd.__main__"},
     )
 )

@@ -24,6 +24,7 @@ from gfd.app.signals import StopWatchdog, install_signal_handlers, restore_signa
 from gfd.app.sinks import SinkFactory, SinkSet
 from gfd.config import Settings, resolve_settings
 from gfd.errors import GfdError, shorten
+from gfd.startup_gc import resume_collector
 
 
 @dataclass
@@ -211,6 +212,8 @@ def _assemble_and_run(
             built = factory.build(settings, stdout)
             factory.adopt(built)
             agent = assembly.agent_for(settings, built)
+            # Assembled: what start-up allocated lives as long as the agent.
+            resume_collector()
             if settings.oneshot and not control.stop.is_set():
                 return _run_once(agent, log)
             return _run_periodically(explicit, env, settings, agent, assembly)

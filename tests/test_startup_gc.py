@@ -1,0 +1,66 @@
+"""The garbage collector's pause while gfd starts (:mod:`gfd.startup_gc`).
+
+Each case runs in a fresh interpreter: freezing the collector's generations is for the
+life of a process, and this one is the test runner's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+PAUSE_AND_RESUME = """
+import gc
+from gfd.startup_gc import pause_collector, resume_collector
+resume_collector()  # nothing paused yet: the host's collector is left alone
+assert gc.isenabled() and gc.get_freeze_count() == 0
+pause_collector()
+assert not gc.isenabled()
+resume_collector()
+assert gc.isenabled() and gc.get_freeze_count() > 0, "start-up's objects frozen"
+"""
+
+NOT_OURS = """
+import gc
+from gfd.startup_gc import pause_collector, resume_collector
+gc.disable()  # the host paused it itself: resuming is the host's business
+pause_collector()
+resume_collector()
+assert not gc.isenabled() and gc.get_freeze_count() == 0
+"""
+
+#: The console entry point, as the ``gfd`` script calls it, then the collector's state.
+CONSOLE_RUN = """
+import gc, sys
+from gfd.console import main
+code = main()
+print("CODE", code, "ENABLED", gc.isenabled(), "FROZEN", gc.get_freeze_count() > 0)
+"""
+
+
+def _python(code: str, *arguments: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_resume_undoes_only_the_pause_this_module_made() -> None:
+    _python(PAUSE_AND_RESUME)
+    _python(NOT_OURS)
+
+
+def test_a_run_resumes_the_collector_before_its_cycle(tmp_path: Path) -> None:
+    """Frozen generations prove both halves: only a pause made by the entry point is
+    resumed, and resuming freezes."""
+    out = tmp_path / "gfd"
+    arguments = ["--simulate", "t4-single", "--oneshot", "--no-timestamp", "-o", str(out)]
+    assert _python(CONSOLE_RUN, *arguments).split() == [
+        "CODE", "0", "ENABLED", "True", "FROZEN", "True",
+    ]  # fmt: skip
+    assert "nvidia.com/gpu.count=1" in out.read_text().splitlines()
