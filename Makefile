@@ -11,7 +11,7 @@ RUNTIME_STAMP := $(VENV)/.gfd-runtime
 STAMP  := $(VENV)/.gfd-installed
 C_SOURCES := $(wildcard gfd/*/*.c gfd/*/*.h)
 
-.PHONY: demo test lint bench chart image lock clean
+.PHONY: demo test lint bench chart image lock profiles clean
 
 # Running gfd: the image's dependencies (requirements/image.lock: gfd with its kubernetes
 # and metrics extras) and what building gfd's C parts needs (requirements/build.lock), all
@@ -69,6 +69,11 @@ chart:
 	@$(BIN)/python scripts/render_chart.py $(foreach file,$(VALUES),--values $(file)) \
 		$(foreach expression,$(SET),--set $(expression)) \
 		$(if $(RELEASE),--release $(RELEASE)) $(if $(NAMESPACE),--namespace $(NAMESPACE))
+
+# The bundled simulator profiles' parsed twins (gfd/sim/parsed_profiles.py), after a
+# profile under gfd/sim/profiles/ was edited; tests/sim/test_parsed_profiles.py asks for it.
+profiles: $(RUNTIME_STAMP)
+	$(BIN)/python -c "from gfd.sim.parsed_profiles import main; raise SystemExit(main())"
 
 # Builds the container image with a local Docker engine (see docs/container.md);
 # on a machine with no image registry: BOOTSTRAP_BASE=1 make image

@@ -1,7 +1,8 @@
 """The NVML simulator: serve a facts file through a fake ``libnvidia-ml.so.1``.
 
 This package owns the simulator's Python side: the bundled profiles (facts files
-that model real machines, in ``profiles/``), loading a profile with its optional
+that model real machines, in ``profiles/``, each with its parsed twin in
+``profiles/parsed/``, :mod:`gfd.sim.parsed_profiles`), loading a profile with its optional
 ``faults:`` section, and :func:`simulate`, which writes the machine file and a
 fake sysfs tree into a temporary directory and points the C library
 (``_nvmlsim``, built from ``sim_*.c``) at them. The reader then runs its normal
@@ -48,6 +49,7 @@ from gfd.facts_limits import check_document_bounds
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch, older_than_emulated
 from gfd.sim.gpu_health import with_default_memory_health
 from gfd.sim.machine_file import check_servable, render_machine_file
+from gfd.sim.parsed_profiles import parsed_twin
 from gfd.sim.sysfs_tree import write_sysfs_tree
 
 if TYPE_CHECKING:
@@ -166,8 +168,11 @@ def load_profile(name_or_path: str) -> SimulationProfile:
         # A document of more GPUs than a node can have is refused before it is parsed
         # (a bundled profile is gfd's own: its tests hold it within the bounds).
         check_document_bounds(text, source)
-    # One YAML parse serves both parts (large profiles take tens of milliseconds to parse).
-    document = parse_document(text, source)
+    # One parse serves both parts: a bundled profile's twin while it is current (JSON,
+    # without importing YAML: :mod:`gfd.sim.parsed_profiles`), else the YAML.
+    document = parsed_twin(path, text) if name_or_path in BUNDLED_PROFILES else None
+    if document is None:
+        document = parse_document(text, source)
     faults_data = None
     if isinstance(document, Mapping):
         faults_data = document.get("faults")
