@@ -39,7 +39,8 @@ HEAVY = (
 
 #: What a one-shot run that writes a feature file does not use, whatever its checks: the
 #: Kubernetes sinks and what only they feed (the health condition and taint writers, the
-#: DRA driver's ResourceSlices, the device-plugin check, which needs the Node), the Xid
+#: DRA driver's ResourceSlices, the device-plugin check, which needs the Node, and the
+#: DRA-node decision, which only that check and ``--label-mode auto`` make), the Xid
 #: watcher (no Xid reaches a one-shot run), the simulator's fault model and per-branch
 #: library copies (a bundled profile of the latest branch has neither), the config file's
 #: schema (none is given), and the secrets module (hmac and hashlib) for a temporary
@@ -52,6 +53,7 @@ NOT_IN_A_FILE_RUN = (
     "gfd.health.taint",
     "gfd.health.resource_slices",
     "gfd.health.checks.device_plugin",
+    "gfd.health.dra_node",
     "gfd.nvml.xid_events",
     "gfd.sim.faults",
     "gfd.sim.branch_library",

@@ -25,8 +25,9 @@ reads anyway). The package, one concern a module:
   state, holding the last one while no check can decide.
 
 The names below are those the rest of gfd and its tools import from ``gfd.health``; those
-of one check's module (its reasons, its helpers) and :data:`REASONS` are imported when
-first asked for, so that importing the package imports no check.
+of one check's module (its reasons, its helpers), of :mod:`~gfd.health.dra_node` and
+:data:`REASONS` are imported when first asked for, so that importing the package imports
+no check, nor the DRA-node decision a run without the node sink never makes.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ from gfd.health.condition import (
     node_reader,
     state_from_condition,
 )
-from gfd.health.dra_node import DraNodeWatch, expected_resources
 from gfd.health.monitor import HealthMonitor
 from gfd.health.registry import API_CHECKS, REGISTRY, reasons_of
 from gfd.health.reporter import HealthReporter
@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from gfd.health.checks.nvlink import REASON_NVLINK
     from gfd.health.checks.pcie import REASON_LINK_DEGRADED, REASON_REPLAYS_RISING
     from gfd.health.checks.xid import REASON_XID
+    from gfd.health.dra_node import DraNodeWatch, expected_resources
 
     #: Every check's condition reasons by priority (importing it imports every check).
     REASONS: tuple[str, ...]
@@ -103,12 +104,18 @@ _FROM_A_CHECK = {
     "REASON_REPLAYS_RISING": "pcie",
     "REASON_XID": "xid",
 }
+#: Names of the DRA-node decision, which only the device-plugin check and ``--label-mode
+#: auto`` use (both with the node sink): a run that writes a file never imports it.
+_FROM_DRA_NODE = frozenset({"DraNodeWatch", "expected_resources"})
 
 
 def __getattr__(name: str) -> Any:
-    """The names of :data:`_FROM_A_CHECK`, and :data:`REASONS`, on first use (PEP 562)."""
+    """The names of :data:`_FROM_A_CHECK` and :data:`_FROM_DRA_NODE`, and :data:`REASONS`,
+    on first use (PEP 562)."""
     if name == "REASONS":
         return reasons_of(REGISTRY)
+    if name in _FROM_DRA_NODE:
+        return getattr(importlib.import_module("gfd.health.dra_node"), name)
     module = _FROM_A_CHECK.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
