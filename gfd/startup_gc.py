@@ -7,7 +7,8 @@ a one-shot run's 170 ms on the simulator, ``bench/startup.py``), and then again 
 full collection for as long as the agent runs, to find nothing. So the console entry
 point (:mod:`gfd.console`) pauses it before importing anything, and a run resumes it
 once the agent is assembled, just before the first cycle: :func:`gc.freeze` first moves
-everything alive then into the permanent generation, which no collection scans again.
+everything alive then into the permanent generation, which no collection scans again (a
+periodic agent collects start-up's garbage first, so that none of it is kept for life).
 
 Only a pause this module made is resumed: gfd used as a library (the tests call
 :func:`gfd.cli.main` in process) never touches its host's collector.
@@ -28,10 +29,15 @@ def pause_collector() -> None:
         _paused = True
 
 
-def resume_collector() -> None:
-    """Freeze what start-up allocated and enable the collector, if :func:`pause_collector` paused it."""
+def resume_collector(*, collect_first: bool) -> None:
+    """Freeze what start-up allocated and enable the collector, if :func:`pause_collector`
+    paused it; ``collect_first``: free start-up's cyclic garbage before freezing, which a
+    process that runs for long wants (frozen garbage is never freed) and a one-shot run
+    does not (it ends before that memory matters; the collection takes tens of ms)."""
     global _paused
     if _paused:
         _paused = False
+        if collect_first:
+            gc.collect()
         gc.freeze()
         gc.enable()

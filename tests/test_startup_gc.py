@@ -11,14 +11,26 @@ import sys
 from pathlib import Path
 
 PAUSE_AND_RESUME = """
-import gc
+import gc, weakref
 from gfd.startup_gc import pause_collector, resume_collector
-resume_collector()  # nothing paused yet: the host's collector is left alone
+resume_collector(collect_first=True)  # nothing paused yet: the host's is left alone
 assert gc.isenabled() and gc.get_freeze_count() == 0
 pause_collector()
 assert not gc.isenabled()
-resume_collector()
+class Cycle:
+    pass
+def cyclic_garbage():
+    garbage = Cycle()
+    garbage.me = garbage
+    return weakref.ref(garbage)
+collected = cyclic_garbage()
+resume_collector(collect_first=True)
 assert gc.isenabled() and gc.get_freeze_count() > 0, "start-up's objects frozen"
+assert collected() is None, "start-up's garbage collected, not frozen for life"
+pause_collector()
+kept = cyclic_garbage()
+resume_collector(collect_first=False)
+assert kept() is not None, "a one-shot run does not pay for a collection"
 """
 
 NOT_OURS = """
@@ -26,7 +38,7 @@ import gc
 from gfd.startup_gc import pause_collector, resume_collector
 gc.disable()  # the host paused it itself: resuming is the host's business
 pause_collector()
-resume_collector()
+resume_collector(collect_first=False)
 assert not gc.isenabled() and gc.get_freeze_count() == 0
 """
 

@@ -213,7 +213,7 @@ def _assemble_and_run(
             factory.adopt(built)
             agent = assembly.agent_for(settings, built)
             # Assembled: what start-up allocated lives as long as the agent.
-            resume_collector()
+            resume_collector(collect_first=not settings.oneshot)
             if settings.oneshot and not control.stop.is_set():
                 return _run_once(agent, log)
             return _run_periodically(explicit, env, settings, agent, assembly)
