@@ -31,6 +31,7 @@ from gfd.config.effect import idle_flags
 from gfd.config.values import BOOL_WORDS
 from gfd.errors import ConfigError, GfdError, echo
 from gfd.process_title import name_process
+from gfd.startup_gc import resume_collector
 
 # What a command needs beyond parsing is imported where it runs, so that ``gfd --version``
 # and ``--help`` import almost nothing (tests/test_startup_imports.py).
@@ -424,6 +425,11 @@ def main(
     log = get_logger()
     for warning in idle.warnings:
         log.warning("flag ignored", problem=warning)
+    if command in ("cleanup", "doctor"):
+        # These page through the cluster's Nodes for as long as it takes: the collector,
+        # paused while gfd started (gfd.startup_gc), runs again. The others read the node
+        # once and end (run resumes it before its first cycle).
+        resume_collector(collect_first=False)
     try:
         if command == "labels":
             code = command_labels(settings, out, log)

@@ -2,13 +2,16 @@
 
 Starting is where a gfd process allocates most of what it keeps: about a hundred
 modules, their classes and functions, the settings and the assembled agent. The
-collector would walk those objects again and again while the imports run (about 7 ms of
-a one-shot run's 170 ms on the simulator, ``bench/startup.py``), and then again at each
+collector walked those objects again and again while the imports ran (about 15 ms of a
+one-shot run's 150 ms on the simulator, ``docs/benchmarks.md``), and would again at each
 full collection for as long as the agent runs, to find nothing. So the console entry
-point (:mod:`gfd.console`) pauses it before importing anything, and a run resumes it
-once the agent is assembled, just before the first cycle: :func:`gc.freeze` first moves
-everything alive then into the permanent generation, which no collection scans again (a
-periodic agent collects start-up's garbage first, so that none of it is kept for life).
+point (:mod:`gfd.console`) pauses it before importing anything, and it is resumed when
+start-up is over: by a run once its agent is assembled, just before the first cycle; by
+``cleanup`` and ``doctor``, which may page through a large cluster, before they start.
+``labels``, ``facts`` and ``topo`` read the node once and end with it paused. Resuming
+first moves everything alive into the permanent generation (:func:`gc.freeze`), which no
+collection scans again; a periodic agent collects start-up's garbage before that, so
+that none of it is kept for life.
 
 Only a pause this module made is resumed: gfd used as a library (the tests call
 :func:`gfd.cli.main` in process) never touches its host's collector.

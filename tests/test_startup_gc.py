@@ -76,3 +76,13 @@ def test_a_run_resumes_the_collector_before_its_cycle(tmp_path: Path) -> None:
         "CODE", "0", "ENABLED", "True", "FROZEN", "True",
     ]  # fmt: skip
     assert "nvidia.com/gpu.count=1" in out.read_text().splitlines()
+
+
+def test_doctor_resumes_it_and_a_read_once_command_ends_with_it_paused() -> None:
+    """``doctor`` (like ``cleanup``) may page through a large cluster: it runs with the
+    collector on. ``labels`` reads the node once and ends."""
+    doctor = _python(CONSOLE_RUN, "doctor", "--simulate", "t4-single").split()
+    assert doctor[-4:] == ["ENABLED", "True", "FROZEN", "True"]
+    labels = _python(CONSOLE_RUN, "labels", "--simulate", "t4-single").split()
+    assert "nvidia.com/gpu.count=1" in labels
+    assert labels[-6:] == ["CODE", "0", "ENABLED", "False", "FROZEN", "False"]
