@@ -17,7 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.conformance.reference import Outcome
 
 PREFIX = "nvidia.com/"
 
@@ -270,10 +273,36 @@ def compare(
     return Verdict(tuple(used), tuple(unexpected))
 
 
+def judge_case(
+    case_id: str,
+    tags: frozenset[str],
+    reference: Outcome,
+    gfd: Outcome,
+    source: str,
+    record_property: Callable[[str, object], None],
+) -> None:
+    """Compare one case's two outcomes, carry the verdict to the closing line (``source``:
+    where the reference's outcome came from), and fail on a difference no reviewed entry
+    explains."""
+    # Imported here: the closing lines import this module for their tally.
+    from tests.closing_lines import REFERENCE_VERDICT
+
+    verdict = compare(
+        (reference.labelled, reference.labels, reference.describe()),
+        (gfd.labelled, gfd.labels, gfd.describe()),
+        tags,
+    )
+    record_property(REFERENCE_VERDICT, verdict_record(case_id, source, verdict))
+    assert not verdict.unexpected, (
+        f"{case_id}: differences no reviewed entry explains "
+        "(tests/conformance/differences.py):\n  " + "\n  ".join(verdict.unexpected)
+    )
+
+
 def verdict_record(case_id: str, source: str, verdict: Verdict) -> dict[str, Any]:
     """One case's verdict as its report carries it to the closing line (plain data, as
-    pytest-xdist sends reports between processes): a test gives it to ``record_property``
-    under ``tests.closing_lines.REFERENCE_VERDICT``."""
+    pytest-xdist sends reports between processes), under
+    ``tests.closing_lines.REFERENCE_VERDICT``."""
     return {
         "case": case_id,
         "source": source,

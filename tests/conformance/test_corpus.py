@@ -26,8 +26,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from gfd.facts import GPU_VIRTUALIZATION_MODES, Gpu, NodeFacts, VgpuInfo
-from tests.closing_lines import REFERENCE_VERDICT
-from tests.conformance.differences import compare, invalid_labels, verdict_record
+from tests.conformance.differences import invalid_labels, judge_case
 from tests.conformance.reference import (
     MachineSpec,
     Pair,
@@ -223,18 +222,7 @@ def test_corpus_case(
 ) -> None:
     pair = pairs[case.case_id]
     ref, ours = pair.reference_outcome(), pair.gfd
-    verdict = compare(
-        (ref.labelled, ref.labels, ref.describe()),
-        (ours.labelled, ours.labels, ours.describe()),
-        case.tags,
-    )
-    record_property(
-        REFERENCE_VERDICT, verdict_record(f"corpus:{case.case_id}", source.describe(), verdict)
-    )
-    assert not verdict.unexpected, (
-        f"{case.case_id}: differences no reviewed entry explains "
-        "(tests/conformance/differences.py):\n  " + "\n  ".join(verdict.unexpected)
-    )
+    judge_case(f"corpus:{case.case_id}", case.tags, ref, ours, source.describe(), record_property)
     # What the case says of the reference holds, and gfd does better where it says so.
     assert (not ref.labelled) == case.reference_refuses, ref.describe()
     reference_problems = invalid_labels(ref.labels or {})
