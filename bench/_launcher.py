@@ -81,17 +81,23 @@ def child_environment(workdir: Path) -> dict[str, str]:
     return env
 
 
-def console_script(workdir: Path) -> Path:
+def console_script(
+    workdir: Path, *, checkout: Path = ROOT, name: str = "gfd", prelude: str = ""
+) -> Path:
     """The ``gfd`` command as pip installs it (the container's entry point): a script
     that imports the entry point ``pyproject.toml`` names and calls it, without
-    ``runpy`` as ``-m`` has."""
-    with (ROOT / "pyproject.toml").open("rb") as file:
+    ``runpy`` as ``-m`` has. ``checkout``: another checkout's gfd (put first on the
+    path, its own entry point); ``prelude``: lines run before the import (``sys`` is
+    imported)."""
+    with (checkout / "pyproject.toml").open("rb") as file:
         module, _, function = tomllib.load(file)["project"]["scripts"]["gfd"].partition(":")
-    script = workdir / "bin" / "gfd"
+    if checkout != ROOT:
+        prelude = f"sys.path.insert(0, {str(checkout)!r})\n{prelude}"
+    script = workdir / "bin" / name
     if not script.exists():
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(
-            f"import sys\nfrom {module} import {function}\n"
+            f"import sys\n{prelude}from {module} import {function}\n"
             "if __name__ == '__main__':\n"
             "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n"
             f"    sys.exit({function}())\n",

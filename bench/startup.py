@@ -14,7 +14,15 @@ page and bytecode caches:
 - for context, the same one-shot as on a real node: the machine prepared once beforehand
   and the simulator's library found through ``LD_LIBRARY_PATH`` as the driver's would be,
   ``--sysfs-root`` and ``--machine-type-file`` pointing into it (what the real-GPU
-  captures measured; ``bench/agent_cost.py`` has more of that path).
+  captures measured; ``bench/agent_cost.py`` has more of that path);
+- for context, an experiment: the simulated one-shot with every dataclass defined with its
+  ``__init__`` only (no generated ``__repr__``, ``__eq__``, ``__hash__``, nor a frozen
+  class's ``__setattr__``/``__delattr__``; ``dataclasses._process_class`` is wrapped by the
+  measured script, never in gfd): what compiling those methods at every start costs;
+- with ``--baseline DIR``, the simulated and the real-node one-shot of another checkout of
+  gfd (built: ``python setup.py build_ext --inplace`` there), run by the same interpreter
+  and interleaved with the rest, so that a change is measured side by side with the code
+  before it. Its real-node run reads the machine this checkout prepares.
 
 Each command is started from a small launcher process (``bench/_launcher.py``), which
 takes its wall and CPU time (``os.wait4``). The medians and each command's wall over the
@@ -25,7 +33,7 @@ so ``make bench`` fails loudly (timing is never asserted in a test: the test mac
 are shared and noisy). CPU time is printed beside wall time because on a loaded machine
 wall time also counts the waits for a core and for the disk. What each run imports is
 pinned by ``tests/test_startup_imports.py``.
-Run: ``python bench/startup.py [--runs N] [--profile NAME]``.
+Run: ``python bench/startup.py [--runs N] [--profile NAME] [--baseline DIR]``.
 """
 
 from __future__ import annotations
@@ -54,35 +62,61 @@ GOAL_ONESHOT_OVER_FLOOR = 1.15
 INTERPRETER = "python -c pass"
 FLOOR = 'floor: python -c "import pynvml, structlog"'
 REAL_NODE = "gfd --oneshot --no-timestamp --output-file FILE, as on a real node"
+INIT_ONLY = "the simulated one-shot, dataclasses with __init__ only (experiment)"
+
+#: The experiment's prelude: every dataclass gets its ``__init__`` and nothing else
+#: generated. Frozen classes become plain (their instances then hash by identity): enough
+#: for a one-shot run to label, which the benchmark checks.
+INIT_ONLY_DATACLASSES = """import dataclasses
+_process_class = dataclasses._process_class
+def _init_only(cls, init, repr, eq, order, unsafe_hash, frozen, *rest):
+    return _process_class(cls, init, False, False, order, unsafe_hash, False, *rest)
+dataclasses._process_class = _init_only
+"""
 
 
 def simulated(profile: str) -> str:
     return f"gfd --simulate {profile} --oneshot --no-timestamp --output-file FILE"
 
 
-def interleaved_runs(runs: int, profile: str, workdir: Path) -> dict[str, list[dict[str, float]]]:
+def interleaved_runs(
+    runs: int, profile: str, workdir: Path, baseline: Path | None
+) -> dict[str, list[dict[str, float]]]:
     """Wall and CPU seconds of each command, ``runs`` each, taken round robin."""
     python = sys.executable
     gfd = str(console_script(workdir))
+    init_only = console_script(workdir, name="gfd-init-only", prelude=INIT_ONLY_DATACLASSES)
     output = workdir / "features.d-gfd"
     machine = prepare_machine(profile, workdir / "machine")
     oneshot = ["--oneshot", "--no-timestamp", "--output-file", str(output)]
+    as_on_a_node = [
+        *oneshot, "--sysfs-root", str(machine.sysfs_root),
+        "--machine-type-file", str(machine.machine_type_file),
+    ]  # fmt: skip
     commands = {
         INTERPRETER: [python, "-c", "pass"],
         FLOOR: [python, "-c", "import pynvml, structlog"],
         simulated(profile): [python, gfd, "--simulate", profile, *oneshot],
-        REAL_NODE: [
-            python, gfd, *oneshot, "--sysfs-root", str(machine.sysfs_root),
-            "--machine-type-file", str(machine.machine_type_file),
-        ],
-    }  # fmt: skip
+        REAL_NODE: [python, gfd, *as_on_a_node],
+        INIT_ONLY: [python, str(init_only), "--simulate", profile, *oneshot],
+    }
+    if baseline is not None:
+        before = str(console_script(workdir, checkout=baseline, name="gfd-baseline"))
+        commands[f"baseline: {simulated(profile)}"] = [
+            python,
+            before,
+            "--simulate",
+            profile,
+            *oneshot,
+        ]
+        commands[f"baseline: {REAL_NODE}"] = [python, before, *as_on_a_node]
     # The simulator's variables matter only to the real-node run; the others ignore them.
     launcher = Launcher({**child_environment(workdir), **machine.environment()})
     try:
         for name, command in commands.items():
             output.unlink(missing_ok=True)
             launcher.run(command)
-            if name in (simulated(profile), REAL_NODE):
+            if name not in (INTERPRETER, FLOOR):
                 _check_labelled(output, name)
         samples: dict[str, list[dict[str, float]]] = {name: [] for name in commands}
         for _ in range(runs):
@@ -104,9 +138,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=21, help="runs per command (default 21)")
     parser.add_argument("--profile", default="dgx-h100", help="bundled profile to simulate")
+    parser.add_argument(
+        "--baseline", type=Path, help="another built checkout of gfd to run side by side"
+    )
     args = parser.parse_args()
+    baseline = args.baseline.resolve() if args.baseline is not None else None
+    if baseline is not None and not (baseline / "gfd" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: not a checkout of gfd (no gfd/__init__.py)")
     with tempfile.TemporaryDirectory(prefix="gfd-startup-") as tmp:
-        samples = interleaved_runs(args.runs, args.profile, Path(tmp))
+        samples = interleaved_runs(args.runs, args.profile, Path(tmp), baseline)
     wall = {name: statistics.median(s["wall_s"] for s in runs) for name, runs in samples.items()}
     cpu = {name: statistics.median(s["cpu_s"] for s in runs) for name, runs in samples.items()}
     ratio = wall[simulated(args.profile)] / wall[FLOOR]

@@ -2,9 +2,9 @@
 
 Starting is where a gfd process allocates most of what it keeps: about a hundred
 modules, their classes and functions, the settings and the assembled agent. The
-collector walked those objects again and again while the imports ran (about 15 ms of a
-one-shot run's 150 ms on the simulator, ``docs/benchmarks.md``), and would again at each
-full collection for as long as the agent runs, to find nothing. So the console entry
+collector walked those objects again and again while the imports ran, and would again
+at each full collection for as long as the agent runs, to find nothing (what the pause
+saves: ``docs/benchmarks.md``, "Start-up"). So the console entry
 point (:mod:`gfd.console`) pauses it before importing anything, and it is resumed when
 start-up is over: by a run once its agent is assembled, just before the first cycle; by
 ``cleanup`` and ``doctor``, which may page through a large cluster, before they start.

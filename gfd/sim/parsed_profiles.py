@@ -1,6 +1,6 @@
 """The bundled profiles, parsed ahead of time: one JSON twin per YAML profile.
 
-A ``gfd --simulate`` run spent about 20 ms of its start-up on YAML (``bench/startup.py``):
+A ``gfd --simulate`` run spent about 20 ms of its start-up on YAML (``docs/benchmarks.md``):
 importing PyYAML (most of it compiling PyYAML's regular expressions, whether or not
 libyaml parses) and building the document. The profiles are YAML because people write
 them, with comments that say where each value comes from; the twins under
