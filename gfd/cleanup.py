@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import GfdError, SinkError
+from gfd.frozen import frozen_dataclass
 from gfd.health.condition import CONDITION_TYPE, condition_removal
 from gfd.health.taint import NodeTaintWriter
 from gfd.kube_api import JSON_PATCH, KubeApiPermanentError, KubeClient, path_segment
@@ -54,7 +54,7 @@ class CleanupFailed(GfdError):
     """Some Nodes could not be cleaned; the message names the first and why."""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NodeCleanup:
     """What was taken off one Node."""
 
@@ -86,7 +86,7 @@ class NodeCleanup:
         return f"{self.node}: removed " + "; ".join(parts)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CleanupReport:
     """Every Node a cleanup went through: what each lost, and which failed and why."""
 

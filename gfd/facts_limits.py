@@ -23,10 +23,10 @@ reports it as a usage error (exit 2), the input itself being beyond what gfd acc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import ConfigError, FactsError
+from gfd.frozen import frozen_dataclass
 
 #: GPUs of one node. The largest single system image ships 16 (DGX-2 and HGX-2 boards;
 #: PCIe servers reach 20); a GB200 NVL72 rack has 72, but each of its trays is a node of 4.
@@ -41,7 +41,7 @@ MAX_NVLINKS = 36
 MAX_GPU_PAIRS = MAX_GPUS * (MAX_GPUS - 1) // 2
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MachineLimits:
     """What the NVML reader refuses to read past. A parameter of the reader, so a test can
     hold a real (simulated) machine to a lower limit instead of faking NVML's counts."""

@@ -10,9 +10,9 @@ tree) use it; it knows nothing of NVML, facts or labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from gfd.frozen import frozen_dataclass
 from gfd.inputs import (
     PCI_CONFIG_LIMIT,
     SYSFS_ATTRIBUTE_LIMIT,
@@ -100,7 +100,7 @@ def vendor_capability(config: bytes) -> bytes | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PciFunction:
     """One NVIDIA display function under ``bus/pci/devices``."""
 

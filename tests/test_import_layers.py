@@ -21,7 +21,7 @@ PACKAGE = Path(gfd.__file__).resolve().parent
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
-        {"gfd", "gfd.errors"},
+        {"gfd", "gfd.errors", "gfd.frozen"},
         {"gfd.inputs", "gfd.startup_gc"},
         {"gfd.logs", "gfd.facts_limits", "gfd.pci"},
         {"gfd.facts", "gfd.config"},

@@ -19,11 +19,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Protocol
 
 from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind, shorten
 from gfd.facts import NodeFacts
+from gfd.frozen import frozen_dataclass
 from gfd.labels import CycleInputs, LabelOptions, LabelSet, build_labels, compose
 from gfd.labels.labeler import NO_LABELS
 from gfd.sinks import Publication, Sink
@@ -80,7 +81,7 @@ class NullTelemetry:
         return None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CycleOutcome:
     """What one cycle did. ``reason`` is a one-line explanation when ``ok`` is False."""
 
@@ -100,7 +101,7 @@ class CycleOutcome:
     error: BaseException | None = field(default=None, compare=False, repr=False)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Derived:
     """What the topology part of a cycle derives from the facts: the topology family's
     labels (handed to its labeler in :data:`gfd.labels.LABELERS`) and the matrix annotation."""

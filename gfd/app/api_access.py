@@ -12,11 +12,10 @@ name the rule that is missing. Tests hold the list to the requests the parts rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gfd.app.sinks import SINK_KINDS
 from gfd.config import Settings
 from gfd.config.values import DEVICE_PLUGIN_CHECK
+from gfd.frozen import frozen_dataclass
 
 #: Where the rules come from, as the fixes name them.
 NODE_SINK_RULES = (
@@ -40,7 +39,7 @@ NODE_FEATURE_RULES = (
 EVENT_NAMESPACE = "default"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ApiAccess:
     """One verb on one resource, in one namespace ("" for the cluster scope), and why.
 

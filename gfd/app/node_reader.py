@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gfd.config import Settings
 from gfd.errors import ConfigError, NvmlNotReady
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.facts import NodeFacts
@@ -31,7 +32,7 @@ NO_NVML_HINT = (
 )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NodeReader:
     """Reads this node's facts: through NVML, or (NVML down) what sysfs alone tells."""
 

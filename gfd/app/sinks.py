@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO, cast
 
 from gfd.config import Settings
 from gfd.errors import ConfigError
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from gfd.sinks.node import NodeSink
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class SinkContext:
     """What a sink's builder may use besides the settings."""
 
@@ -38,7 +39,7 @@ class SinkContext:
     client: KubeClient | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class SinkKind:
     """One kind of sink the configuration can ask for."""
 

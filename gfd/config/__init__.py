@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +44,7 @@ from gfd.config.values import (
     parse_duration,
 )
 from gfd.errors import ConfigError
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config.file import (
@@ -118,7 +118,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Settings:
     """Everything the agent runs with, after precedence has been applied."""
 

@@ -21,7 +21,6 @@ simulator) and :func:`idle_flags`, which judges one command line.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gfd.config.options import OPTIONS_BY_NAME
@@ -32,6 +31,7 @@ from gfd.config.values import (
     PCIE_CHECK,
     XID_CHECK,
 )
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config import Settings
@@ -66,7 +66,7 @@ PRINTING_SETTINGS: Mapping[str, frozenset[str]] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class IdleRule:
     """A setting that does nothing when ``idle`` says so, and why."""
 
@@ -236,7 +236,7 @@ RUN_IDLE_RULES: tuple[IdleRule, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class IdleFlags:
     """The command line's flags that do nothing: refused (``errors``) or only warned about."""
 

@@ -9,18 +9,19 @@ converted by :func:`gfd.config.options.convert`, as flags and variables are.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gfd.config.options import OPTIONS, convert
 from gfd.errors import ConfigError, echo, shorten
+from gfd.frozen import frozen_dataclass
 
 CONFIG_VERSION = "v1"
 #: The reference's replicas are a Go int; more could not be a label value anyway.
 MAX_REPLICAS = 2**63 - 1
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class SharedResource:
     """One entry of ``sharing.<strategy>.resources``."""
 
@@ -30,7 +31,7 @@ class SharedResource:
     devices: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Sharing:
     """GPU sharing from the config file: time-slicing or MPS (MPS wins when both are given)."""
 
@@ -119,7 +120,7 @@ def config_keys() -> frozenset[str]:
     return frozenset(keys)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ConfigFile:
     """What a config file set: option values by setting name, and sharing."""
 

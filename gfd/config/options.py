@@ -8,7 +8,6 @@ environment or config-file value into the setting's type. A new setting is one
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from gfd.config.values import (
@@ -23,6 +22,7 @@ from gfd.config.values import (
     parse_xids,
 )
 from gfd.errors import ConfigError, echo
+from gfd.frozen import frozen_dataclass
 
 DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
@@ -39,7 +39,7 @@ DEFAULT_KERNEL_LOG = "/dev/kmsg"
 MAX_COUNT = 1_000_000
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Option:
     """One setting: its flag, environment variables, config-file path and parser."""
 

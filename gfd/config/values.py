@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import ConfigError, echo
+from gfd.frozen import frozen_dataclass
 
 #: Go's strconv.ParseBool words, lower-cased, and yes/no/on/off.
 BOOL_WORDS = {
@@ -212,7 +212,7 @@ MAX_THRESHOLD_COUNT = 10_000
 THRESHOLD_FORM = "XIDS:COUNT/WINDOW like 13,31,43:10/5m; XIDS 'ignored' counts every ignored Xid"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class XidThreshold:
     """``count`` or more of the Xids ``xids`` (None: every Xid not fatal) on one GPU within
     ``window`` seconds: an Xid storm (the ``xid`` check's ``XidStorm``)."""

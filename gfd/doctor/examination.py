@@ -20,7 +20,6 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from gfd.app.sinks import SINK_KINDS
 from gfd.config import Settings
 from gfd.doctor.api import DoctorApi, NoCluster, connect
 from gfd.errors import GfdError, NvmlError, NvmlNotReady
+from gfd.frozen import frozen_dataclass
 from gfd.kube_api import KubeApiError, KubeApiPermanentError, path_segment
 from gfd.nvml.driver_root import DEFAULT_DRIVER_ROOT
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from gfd.sinks import Publication
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class DriverRootLookup:
     """Where NVML is looked up, as ``--driver-root-ctr-path`` and the default root decide
     (:func:`gfd.nvml.driver_root.nvml_library_path`), and what was found."""
@@ -57,7 +57,7 @@ class DriverRootLookup:
     error: GfdError | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NvmlReading:
     """What one read of NVML gave: the facts, or the error that stopped it."""
 
@@ -77,7 +77,7 @@ class NvmlReading:
         )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class HealthOutcome:
     """The health checks of this configuration on this cycle's facts."""
 
@@ -88,7 +88,7 @@ class HealthOutcome:
     state: HealthState | None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FeatureFileRead:
     """gfd's feature file as NFD's worker would read it now."""
 
@@ -114,7 +114,7 @@ def parse_feature_file(text: str) -> dict[str, str]:
     return labels
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NodeRead:
     """This node's Node object, or why it could not be read."""
 

@@ -8,9 +8,8 @@ problem always carries its fix; an answer that cannot tell may say what would le
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gfd.errors import shorten
+from gfd.frozen import frozen_dataclass
 
 OK = "ok"
 PROBLEM = "problem"
@@ -28,7 +27,7 @@ def one_line(text: str) -> str:
     return shorten(" ".join(text.split()), TEXT_LIMIT)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Answer:
     """What a check found: its state, what it saw, and (for a problem) what to do."""
 
@@ -57,7 +56,7 @@ def cannot_tell(message: str, fix: str = "") -> Answer:
     return Answer(CANNOT_TELL, message, fix)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Finding:
     """One check's answer, named: a line of the report."""
 

@@ -9,7 +9,6 @@ what else decides whether the GPUs are usable (the device plugin, their health).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gfd.doctor.checks import (
     admission,
@@ -25,9 +24,10 @@ from gfd.doctor.checks import (
 )
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer
+from gfd.frozen import frozen_dataclass
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class DoctorCheck:
     """One link of the chain: its name (the report's second column), and how it
     examines the node."""

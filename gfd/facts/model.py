@@ -15,8 +15,10 @@ unreadable), never "zero". PCI bus ids use NVML's form ``00000000:1B:00.0``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
+
+from gfd.frozen import frozen_dataclass
 
 SCHEMA_VERSION = 1
 
@@ -100,7 +102,7 @@ BUS_ID_PATTERN = re.compile(r"^[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
 SERIAL_PATTERN = re.compile(r"^[\x21-\x7e]{1,29}$")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NvLink:
     """One NVLink of a GPU, as ``nvmlDeviceGetNvLink*`` reports it."""
 
@@ -111,7 +113,7 @@ class NvLink:
     remote_type: NvLinkRemoteType | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FabricInfo:
     """``nvmlDeviceGetGpuFabricInfoV``: the GPU's NVLink fabric (clique) membership."""
 
@@ -124,7 +126,7 @@ class FabricInfo:
     health_mask: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class RemappedRows:
     """``nvmlDeviceGetRemappedRows`` (Ampere and later): the GPU's row remapper."""
 
@@ -137,7 +139,7 @@ class RemappedRows:
     failure: bool
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class RetiredPages:
     """``nvmlDeviceGetRetiredPages`` and ``...PendingStatus`` (GPUs before Ampere)."""
 
@@ -148,7 +150,7 @@ class RetiredPages:
     pending: bool
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MemoryHealth:
     """What NVML says of a GPU's memory; each None is NOT_SUPPORTED (or not exported).
 
@@ -165,7 +167,7 @@ class MemoryHealth:
     volatile_uncorrected_ecc: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PcieLink:
     """The GPU's PCIe link as NVML reports it; each None is NOT_SUPPORTED (or not exported).
 
@@ -210,7 +212,7 @@ class PcieLink:
         return self.max_width
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MigDevice:
     """A MIG device (GPU instance + compute instance) on a MIG-enabled GPU."""
 
@@ -240,7 +242,7 @@ class MigDevice:
     gi_profile_index: int | None = None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Gpu:
     """One physical GPU."""
 
@@ -297,7 +299,7 @@ class Gpu:
         return self.gpu_numa_id is not None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class VgpuInfo:
     """vGPU guest detection from PCI config space (vendor-specific capability signed ``VF``).
 
@@ -312,7 +314,7 @@ class VgpuInfo:
     host_driver_branch: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@frozen_dataclass(slots=True)
 class PciPair:
     """``nvmlDeviceGetTopologyCommonAncestor`` for the GPUs with indices ``a < b``."""
 
@@ -321,7 +323,7 @@ class PciPair:
     level: PciLevel
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NvLinkP2P:
     """``nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK)`` for GPUs ``a < b``.
 
@@ -334,7 +336,7 @@ class NvLinkP2P:
     status: P2PStatus
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NodeFacts:
     """Everything gfd read from one node in one pass."""
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gfd.config.values import DEFAULT_IGNORED_XIDS, DEFAULT_PCIE_REPLAYS_PER_MINUTE, XidThreshold
 from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
+from gfd.frozen import frozen_dataclass
 from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ CANNOT_DECIDE = "cannot-decide"
 DEFAULT_GRACE_PERIOD = 300.0
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Problem:
     """One thing wrong, in words an operator acts on."""
 
@@ -52,7 +53,7 @@ class Problem:
     message: str
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CheckResult:
     """What one check found this cycle: :data:`OK`, :data:`FAILING`, :data:`PENDING`,
     :data:`UNKNOWN` or :data:`CANNOT_DECIDE` (``note``: what it cannot judge, and why)."""
@@ -63,7 +64,7 @@ class CheckResult:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Verdict:
     """Every enabled check's result for one cycle."""
 
@@ -131,7 +132,7 @@ class GpuDirectory:
         return self._address_by_index.get(index) if index is not None else None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class EventRules:
     """What the checks of events (``xid``, and ``memory``'s ECC rises) are given.
 
@@ -164,7 +165,7 @@ class EventRules:
 DEFAULT_EVENT_RULES = EventRules()
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PcieRules:
     """What the ``pcie`` check is given.
 
@@ -181,7 +182,7 @@ class PcieRules:
 DEFAULT_PCIE_RULES = PcieRules()
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CheckSetup:
     """What the running configuration gives every check it builds.
 
@@ -205,7 +206,7 @@ class CheckSetup:
     pcie: PcieRules = DEFAULT_PCIE_RULES
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Observation:
     """What a check is handed each cycle.
 

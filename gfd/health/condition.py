@@ -32,10 +32,10 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gfd.errors import SinkError, shorten
+from gfd.frozen import frozen_dataclass
 from gfd.health.check import CANNOT_DECIDE, OK, Verdict
 from gfd.logs import get_logger
 
@@ -62,7 +62,7 @@ COMPONENT = "gfd"
 # The reported state
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class HealthState:
     """What gfd reports: the ``GPUHealthy`` condition's status, reason and message."""
 
@@ -144,7 +144,7 @@ def node_condition(node: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Transition:
     """The reported state changed this cycle: ``previous`` (None: nothing known) to ``state``."""
 

@@ -26,10 +26,11 @@ in as a callable: this module imports no API client.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from gfd.errors import GfdError
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config import Sharing
@@ -104,7 +105,7 @@ def allocatable_of(node: Mapping[str, Any]) -> Mapping[str, Any]:
     return allocatable if isinstance(allocatable, Mapping) else {}
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PluginView:
     """How the Node's allocatable shows the resources the device plugin should advertise."""
 
@@ -132,7 +133,7 @@ def plugin_view(expected: Mapping[str, int], allocatable: Mapping[str, Any]) -> 
     return PluginView(expected=dict(expected), missing=tuple(missing), twins=twins)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PublishedDevice:
     """A device of the DRA driver's ResourceSlices, as far as gfd needs it."""
 
@@ -212,7 +213,7 @@ def published_devices(slices: Iterable[Mapping[str, Any]]) -> tuple[PublishedDev
     return tuple(devices)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class GpuPublishers:
     """What one cycle's Node and the DRA driver's slices say about who hands out the GPUs."""
 

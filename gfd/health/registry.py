@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 from gfd.config.values import (
     DEVICE_PLUGIN_CHECK,
@@ -27,13 +26,14 @@ from gfd.config.values import (
     PCIE_CHECK,
     XID_CHECK,
 )
+from gfd.frozen import frozen_dataclass
 from gfd.health.check import CheckFactory
 
 #: The package every check's module is in.
 CHECKS_PACKAGE = "gfd.health.checks"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CheckEntry:
     """One line of the registry: a check known without importing it."""
 

@@ -40,10 +40,11 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 from gfd.errors import SinkError, shorten
+from gfd.frozen import frozen_dataclass
 from gfd.health.condition import (
     EVENT_NAMESPACE,
     MAX_MESSAGE,
@@ -76,7 +77,7 @@ TAINT_REMOVED = "HealthTaintRemoved"
 _PLAIN = re.compile(r"[\x20-\x25\x27-\x3b\x3d\x3f-\x7e]*")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Taint:
     key: str
     value: str
@@ -115,7 +116,7 @@ def _as_taint(entry: Any) -> Taint | None:
     return Taint(key, value if isinstance(value, str) else "", effect)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TaintPlan:
     """What one cycle must change of the Node's taints and gfd's record, from a read of it.
 

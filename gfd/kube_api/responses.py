@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from gfd.errors import SinkError, echo, shorten
+from gfd.frozen import frozen_dataclass
 
 #: The most of one response body gfd reads. etcd stores objects of at most 1.5 MiB,
 #: so a Node or NodeFeature is far smaller; a larger answer is not an object of ours.
 MAX_RESPONSE_BYTES = 8 << 20
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class KubeResponse:
     """An HTTP response from the API server, body kept as bytes."""
 

@@ -14,8 +14,9 @@ import email.utils
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from gfd.frozen import frozen_dataclass
 
 #: 4xx statuses worth retrying (besides every 5xx): the server timed out reading the
 #: request, or throttled it. Any other 4xx means the request itself is wrong, denied
@@ -23,7 +24,7 @@ from typing import Any
 RETRYABLE_CLIENT_STATUSES = frozenset({408, 429})
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class RetryPolicy:
     """How :meth:`gfd.kube_api.client.KubeClient.request` retries transient failures.
 

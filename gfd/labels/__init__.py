@@ -30,9 +30,10 @@ this layer; an invalid one is dropped and reported, never emitted.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from gfd.facts import NodeFacts
+from gfd.frozen import frozen_dataclass
 from gfd.labels.core import (
     GPU_MODE_LABELER,
     HARDWARE_PRODUCT_LABELER,
@@ -90,7 +91,7 @@ LABELERS: tuple[Labeler, ...] = (
 Labels = dict[str, str]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class LabelSet:
     """The validated labels of one cycle, and what was dropped on the way (key, why).
 

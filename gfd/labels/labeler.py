@@ -12,12 +12,13 @@ composes them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from gfd.config.values import LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE
 from gfd.facts import NodeFacts
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config import Sharing
@@ -38,7 +39,7 @@ DEVICE_PLUGIN_ONLY = frozenset({LABEL_MODE_DEVICE_PLUGIN})
 HARDWARE_ONLY = frozenset({LABEL_MODE_HARDWARE})
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class LabelOptions:
     """What besides the facts shapes the labels."""
 
@@ -53,7 +54,7 @@ class LabelOptions:
     mode: str = LABEL_MODE_DEVICE_PLUGIN
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CycleInputs:
     """Everything the labels of one cycle are computed from.
 
@@ -102,7 +103,7 @@ def nothing_withheld(_inputs: CycleInputs) -> Withheld:
     return ()
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FamilyLabeler:
     """A :class:`Labeler` made of functions of the cycle's inputs."""
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
+from gfd.frozen import frozen_dataclass
 from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, FamilyLabeler
 from gfd.labels.rules import product_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for
@@ -86,7 +86,7 @@ def profile_name(mig: MigDevice, gpu_memory_bytes: int | None) -> str:
     return (base + profile_variant(mig)).replace("+", ".")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MigProfileGroup:
     """The MIG devices of one profile, in GPU then MIG index order."""
 

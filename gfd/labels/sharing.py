@@ -16,11 +16,11 @@ This module owns how the config file's ``sharing.timeSlicing`` / ``sharing.mps``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gfd.errors import ConfigError
 from gfd.facts import NodeFacts
+from gfd.frozen import frozen_dataclass
 from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, FamilyLabeler
 from gfd.labels.rules import product_value
 
@@ -32,7 +32,7 @@ MPS_CAPABLE_KEY = "nvidia.com/mps.capable"
 SHARED_SUFFIX = "SHARED"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Replication:
     """How one resource is handed out: its replicas, strategy label and product suffix."""
 

@@ -12,10 +12,10 @@ cycle succeeded, and the last SIGHUP reload did not fail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from gfd.errors import ConfigError
+from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -41,7 +41,7 @@ def liveness_window_for(
     return 2.0 * sleep_interval + margin
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Health:
     """One health verdict: ``ok`` and a one-line reason for people reading probes."""
 

@@ -18,10 +18,10 @@ import http.server
 import ipaddress
 import socket
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gfd.errors import ConfigError, echo
+from gfd.frozen import frozen_dataclass
 from gfd.metrics.probes import Health, Probed
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ DEFAULT_METRICS_PORT = 8079
 DEFAULT_METRICS_ADDRESS = f":{DEFAULT_METRICS_PORT}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ListenAddress:
     """A parsed ``--metrics-address``: ``host`` is ``""`` for every interface."""
 

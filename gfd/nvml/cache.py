@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gfd.facts import MigDevice, NvLinkP2P, PciPair, VgpuInfo
+from gfd.frozen import frozen_dataclass
 
 
 class _Unread:
@@ -21,7 +22,7 @@ class _Unread:
 UNREAD: Any = _Unread()
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PcieMaxima:
     """What a GPU's PCIe link could reach (see gfd.nvml.pcie); each None is NOT_SUPPORTED."""
 

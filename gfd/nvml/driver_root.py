@@ -31,6 +31,7 @@ from pathlib import Path, PurePosixPath
 import pynvml
 
 from gfd.errors import NvmlNotReady
+from gfd.frozen import frozen_dataclass
 from gfd.inputs import InputRejected, read_bounded_text
 
 #: Where NVIDIA's device plugin and GFD expect the driver root by default
@@ -49,7 +50,7 @@ MAX_LINK_HOPS = 40
 NAMED_IN_ERROR = 12
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Architecture:
     """What a loadable NVML is for: Debian's multiarch tuple and the ELF machine number."""
 

@@ -29,8 +29,9 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from gfd.frozen import frozen_dataclass
 
 #: The kernel's log device.
 KERNEL_LOG = Path("/dev/kmsg")
@@ -49,7 +50,7 @@ _XID = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PciAddress:
     """A GPU's PCI domain, bus and device: what the driver's Xid line names."""
 
@@ -73,7 +74,7 @@ class PciAddress:
         return f"{self.domain:08X}:{self.bus:02X}:{self.device:02X}.0"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class KernelXid:
     """One Xid the driver logged: which GPU, which Xid, and when (wall-clock seconds)."""
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -38,6 +37,7 @@ import pynvml
 
 from gfd.facts import NodeFacts
 from gfd.facts_limits import MACHINE_LIMITS, MachineLimits
+from gfd.frozen import frozen_dataclass
 from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.nvml.cache import ReadCache
 from gfd.nvml.calls import NvmlBeyondLimits as NvmlBeyondLimits
@@ -53,7 +53,7 @@ DEFAULT_MACHINE_TYPE_FILE = Path("/sys/class/dmi/id/product_name")
 CallRole = Literal["required", "unsupported-absent", "optional"]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NvmlCall:
     """One NVML function the reader may call (``symbol`` as the library exports it)."""
 

@@ -39,7 +39,6 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +46,7 @@ import pynvml
 
 from gfd.errors import GfdError
 from gfd.facts import Gpu
+from gfd.frozen import frozen_dataclass
 from gfd.nvml.calls import as_gfd_error, error_name, text
 from gfd.nvml.library import library_lock, select_library
 
@@ -63,7 +63,7 @@ NO_INSTANCE = 0xFFFFFFFF
 LibraryPath = str | Path | None | Callable[[], str | Path | None]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class XidGpu:
     """A GPU as the watcher found it when it started: NVML index, PCI bus id, UUID."""
 
@@ -72,7 +72,7 @@ class XidGpu:
     uuid: str
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class UnwatchedGpu:
     """A GPU whose registration for critical Xid events failed, with NVML's error name."""
 
@@ -80,7 +80,7 @@ class UnwatchedGpu:
     error: str
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class XidEvent:
     """One critical Xid error, as NVML reported it and when gfd received it."""
 

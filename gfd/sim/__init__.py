@@ -32,7 +32,6 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +45,7 @@ from gfd.facts import (
     read_facts_text,
 )
 from gfd.facts_limits import check_document_bounds
+from gfd.frozen import frozen_dataclass
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch, older_than_emulated
 from gfd.sim.gpu_health import with_default_memory_health
 from gfd.sim.machine_file import check_servable, render_machine_file
@@ -113,7 +113,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class SimulationProfile:
     """A machine to simulate: its facts, what goes wrong on it, and where it came from."""
 
@@ -123,7 +123,7 @@ class SimulationProfile:
     source: str = "<profile>"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class SimulatedMachine:
     """A prepared machine; one from :func:`simulate` is valid inside its block only."""
 

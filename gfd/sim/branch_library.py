@@ -21,10 +21,10 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from gfd.errors import GfdError
+from gfd.frozen import frozen_dataclass
 from gfd.nvml.branches import FIRST_EXPORTED_IN, LATEST_BRANCH, exported_in
 
 #: Section types (elf.h).
@@ -43,7 +43,7 @@ def hidden_in(branch: int) -> frozenset[str]:
     return frozenset(name for name in FIRST_EXPORTED_IN if not exported_in(name, branch))
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class _Section:
     kind: int
     offset: int
@@ -52,7 +52,7 @@ class _Section:
     entry_size: int
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class _Symbol:
     index: int
     #: Offset of the entry in the file.

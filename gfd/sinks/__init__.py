@@ -15,11 +15,13 @@ registry in :mod:`gfd.app.sinks`: a new sink is its own file here and one entry 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
+from gfd.frozen import frozen_dataclass
 
-@dataclass(frozen=True)
+
+@frozen_dataclass
 class Publication:
     """What one cycle publishes.
 

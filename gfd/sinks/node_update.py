@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.labels.core import TIMESTAMP_KEY
 from gfd.labels.families import gfd_can_produce
 from gfd.sinks import Publication
@@ -80,7 +81,7 @@ def json_pointer(field_name: str, key: str | None = None) -> str:
     return f"{path}/{key.replace('~', '~0').replace('/', '~1')}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Guard:
     """One fact a guarded write depends on: ``metadata.<map_name>[key]`` is ``value`` as
     read (None: absent). ``key`` None stands for the whole map, only ever guarded absent."""
@@ -108,7 +109,7 @@ class Guard:
         return f"{self.map_name.removesuffix('s')} {self.key}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class GuardedPatch:
     """A JSON Patch whose ``test`` operations come first, so it applies whole or not at all."""
 
@@ -131,7 +132,7 @@ class GuardedPatch:
         return changed
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NodeUpdate:
     """What one cycle must change on the node. Empty when the node already matches."""
 

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import re
 from array import array
-from dataclasses import dataclass
 from typing import NoReturn
 
 from gfd.errors import TopologyError
 from gfd.facts import PCI_LEVELS, NodeFacts
+from gfd.frozen import frozen_dataclass
 from gfd.topology.extension import Implementation, c_extension, check_implementation
 from gfd.topology.model import LEVEL_NOT_REPORTED
 
@@ -69,7 +69,7 @@ _BUS_ID = re.compile(
 _INT32_MAX = 2**31 - 1
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TopologyInput:
     """The compact input of a topology builder (see the module docstring for the layout)."""
 

@@ -14,8 +14,10 @@ builder are compared on exactly what they computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
+
+from gfd.frozen import frozen_dataclass
 
 #: PCIe level codes held in :attr:`Topology.levels`, and their ``nvidia-smi topo -m`` spelling.
 #: NVML's INTERNAL (two GPUs on one board) has no code of its own in nvidia-smi's legend
@@ -63,7 +65,7 @@ RawTopology = tuple[
 ]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NvLinkDomain:
     """GPUs connected to each other through NVLink, directly or via NVSwitch."""
 
@@ -75,7 +77,7 @@ class NvLinkDomain:
     nvswitch: bool
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TopologySummary:
     """What the interconnect labels are made from."""
 
@@ -100,7 +102,7 @@ class TopologySummary:
         return self.pcie_worst
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Topology:
     """GPUxGPU link matrix, NVLink domains and summary of one node.
 

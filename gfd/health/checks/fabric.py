@@ -26,11 +26,11 @@ one captured). So a node without a fabric passes. What is held outlives a reload
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from gfd.config.values import FABRIC_CHECK
 from gfd.facts import FabricInfo, Gpu
+from gfd.frozen import frozen_dataclass
 from gfd.health.check import (
     FAILING,
     OK,
@@ -49,7 +49,7 @@ REASON_NOT_READY = "FabricNotReady"
 REASON_DEGRADED = "FabricDegraded"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class HealthField:
     """One field of nvml.h's fabric health mask: ``(mask >> shift) & width``, and the value
     that means trouble (``NVML_GPU_FABRIC_HEALTH_MASK_<NAME>_TRUE``)."""

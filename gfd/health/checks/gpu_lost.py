@@ -10,12 +10,12 @@ NVML's to see, and an SR-IOV virtual function (it has ``physfn``) is no GPU of t
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from gfd.config.values import GPU_LOST_CHECK
 from gfd.errors import NvmlGpuLost
+from gfd.frozen import frozen_dataclass
 from gfd.health.check import (
     FAILING,
     OK,
@@ -35,7 +35,7 @@ REASON_GPU_LOST = "GPULost"
 NVIDIA_DRIVER = "nvidia"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PciGpu:
     """An NVIDIA display or 3D controller on the PCI bus that NVML should see."""
 

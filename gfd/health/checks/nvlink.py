@@ -25,11 +25,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import ClassVar
 
 from gfd.config.values import NVLINK_CHECK
 from gfd.facts import Gpu
+from gfd.frozen import frozen_dataclass
 from gfd.health.check import (
     FAILING,
     OK,
@@ -46,7 +46,7 @@ from gfd.pci import sysfs_bus_id
 REASON_NVLINK = "NVLinkDegraded"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ModelLinks:
     """The NVLinks a GPU model is built with: its NVML names (``pattern``) and ``links``."""
 
@@ -79,7 +79,7 @@ def model_links(name: str) -> ModelLinks | None:
     return next((known for known in MODEL_LINKS if known.pattern.fullmatch(name)), None)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Expected:
     """How many active NVLinks a GPU should have, and why (for the message)."""
 

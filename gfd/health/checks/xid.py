@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from gfd.config.values import XID_CHECK, XidThreshold, format_duration
+from gfd.frozen import frozen_dataclass
 from gfd.health.check import (
     CANNOT_DECIDE,
     FAILING,
@@ -62,7 +63,7 @@ REASON_XID_STORM = "XidStorm"
 NO_WATCHER = "no Xid events are watched in a one-shot run (none could arrive in one cycle)"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class _Gpu:
     """A GPU as the check holds it: by UUID, or by bus id for one the kernel log names that
     NVML does not list (fallen off the bus); its index as messages name it (None: unknown)."""

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from gfd.facts import Gpu
+from gfd.frozen import frozen_dataclass
 from gfd.sim.calls import EXPORTED_CALLS, NVML_ERROR_CODES
 from gfd.sim.faults.delays import DELAYS, CallDelay
 from gfd.sim.faults.driver_not_loaded_inits import DRIVER_NOT_LOADED_INITS
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Faults:
     """Everything that goes wrong on a simulated machine. The default: nothing.
 

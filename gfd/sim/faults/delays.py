@@ -10,9 +10,9 @@ returns what it would have, an injected error included.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import (
     FaultMachine,
@@ -24,7 +24,7 @@ from gfd.sim.faults.parsing import (
 from gfd.sim.faults.primitives import MAX_DELAY_SECONDS, DelayCall, Primitive
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CallDelay:
     """``call`` takes ``seconds`` before it answers (for GPU ``gpu`` only, the first ``times`` calls)."""
 

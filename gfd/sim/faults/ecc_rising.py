@@ -9,16 +9,16 @@ reports them (a count stops at 2**64 - 1). The GPU must report the count (its fa
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, RaiseValue
 from gfd.sim.gpu_health import MAX_COUNT64, GpuValue
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class EccRising:
     """After ``after_calls`` calls on GPU ``gpu``, each call adds ``per_call`` uncorrected errors."""
 

@@ -8,9 +8,9 @@ calls, ``nvmlInit*``). Entries are tried in order; the first that matches wins.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import (
     FaultMachine,
@@ -24,7 +24,7 @@ from gfd.sim.faults.parsing import (
 from gfd.sim.faults.primitives import FailCall, Primitive
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CallError:
     """``call`` returns NVML error ``code`` (for GPU ``gpu`` only, the first ``times`` calls)."""
 

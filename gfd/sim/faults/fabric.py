@@ -17,10 +17,10 @@ driver that reports one (the facts' ``health_mask`` not null).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from gfd.facts import FABRIC_STATES
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, error_code, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, SetValue
@@ -32,7 +32,7 @@ _SUCCESS_WORDS = ("SUCCESS", "NVML_SUCCESS")
 _FIELDS = ("state", "status", "health_mask")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FabricChange:
     """After ``after_calls`` calls on GPU ``gpu``, its fabric info reads as given (None: as before)."""
 

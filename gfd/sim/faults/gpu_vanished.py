@@ -10,15 +10,15 @@ vanishes or is lost (``gpu_lost``), not both.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, gpu_after_calls, once_per_gpu
 from gfd.sim.faults.primitives import ChangeGpuState, Primitive
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class GpuVanished:
     """GPU ``gpu`` answers ``after_calls`` calls, then NVML stops enumerating it for good.
 

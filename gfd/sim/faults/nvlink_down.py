@@ -8,9 +8,9 @@ A GPU is listed once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import (
     FaultMachine,
@@ -23,7 +23,7 @@ from gfd.sim.faults.parsing import (
 from gfd.sim.faults.primitives import Primitive, TakeLinksDown
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class NvLinkDown:
     """After ``after_calls`` calls on GPU ``gpu``, its links ``links`` go inactive for good."""
 

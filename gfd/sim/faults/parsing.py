@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from gfd.facts import FactsError, Gpu
+from gfd.frozen import frozen_dataclass
 from gfd.sim.calls import EXPORTED_CALLS, NVML_ERROR_CODES, UNFAULTABLE_CALLS
 
 #: The machine file's AFTER_CALLS is a 32-bit unsigned number.
 MAX_AFTER_CALLS = 2**32 - 1
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FaultMachine:
     """The machine a ``faults:`` section is checked against."""
 

@@ -15,9 +15,9 @@ of what the fault changes).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, SetValue
@@ -29,7 +29,7 @@ _LEVELS = {
 }
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PcieLinkDown:
     """After ``after_calls`` calls on GPU ``gpu``, its link runs at ``width`` lanes and
     ``generation`` (None: as before), its utilisation reads ``gpu_utilization`` percent."""

@@ -9,16 +9,16 @@ report the counter (its facts' ``pcie.replay_counter``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, RaiseValue
 from gfd.sim.gpu_health import MAX_COUNT32, GpuValue
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PcieReplays:
     """After ``after_calls`` calls on GPU ``gpu``, each call adds ``per_call`` replays."""
 

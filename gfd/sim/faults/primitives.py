@@ -25,9 +25,9 @@ primitives came from (one GPU both lost and vanished).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.parsing import FaultMachine
 from gfd.sim.gpu_health import EventType, GpuValue
 
@@ -41,7 +41,7 @@ def _optional(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FailCall:
     """``call`` returns ``code`` (on GPU ``gpu`` only, the first ``times`` matching calls)."""
 
@@ -54,7 +54,7 @@ class FailCall:
         return f"fault_error {self.call} {self.code} {_optional(self.gpu)} {_optional(self.times)}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class DelayCall:
     """``call`` sleeps ``milliseconds`` before it answers (same matching as :class:`FailCall`)."""
 
@@ -70,7 +70,7 @@ class DelayCall:
         )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ChangeGpuState:
     """After ``after_calls`` calls on GPU ``gpu``, it is ``lost`` or has ``vanished``, for good."""
 
@@ -86,7 +86,7 @@ class ChangeGpuState:
         return "is already lost" if self.state == "lost" else "already vanishes"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class TakeLinksDown:
     """After ``after_calls`` calls on GPU ``gpu``, links ``links`` (None: all) are inactive."""
 
@@ -99,7 +99,7 @@ class TakeLinksDown:
         return f"fault_nvlink_down {self.gpu} {self.after_calls} {links}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FailInits:
     """The first ``count`` ``nvmlInit*`` calls (all three together) return DRIVER_NOT_LOADED."""
 
@@ -109,7 +109,7 @@ class FailInits:
         return f"fault_driver_not_loaded {self.count}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class SetValue:
     """After ``after_calls`` calls on GPU ``gpu``, its ``value`` reads ``to`` (None: NOT_SUPPORTED)."""
 
@@ -122,7 +122,7 @@ class SetValue:
         return f"fault_set {self.gpu} {self.after_calls} {self.value} {_optional(self.to)}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class RaiseValue:
     """After ``after_calls`` calls on GPU ``gpu``, each further call on it adds ``per_call``
     to its count ``value`` (which stops at its largest value)."""
@@ -136,7 +136,7 @@ class RaiseValue:
         return f"fault_rise {self.gpu} {self.after_calls} {self.value} {self.per_call}"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class PostEvent:
     """After ``after_calls`` calls on GPU ``gpu``, ``times`` events of ``event_type`` with
     ``data`` happen on it (on its MIG device ``mig``: the event names its instances)."""

@@ -10,9 +10,9 @@ remapped rows (its facts' ``memory_health.remapped_rows``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, flag, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, SetValue
@@ -25,7 +25,7 @@ _COUNTS = {
 _FLAGS = {"pending": GpuValue.REMAPPED_ROWS_PENDING, "failure": GpuValue.REMAPPED_ROWS_FAILURE}
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class RowRemapping:
     """After ``after_calls`` calls on GPU ``gpu``, its remapped rows read as given (None: as before)."""
 

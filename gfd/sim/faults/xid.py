@@ -14,9 +14,9 @@ is this fault with ``gpu_lost`` or ``gpu_vanished`` at the same ``after_calls``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, gpu_after_calls
 from gfd.sim.faults.primitives import MAX_EVENTS, PostEvent, Primitive
@@ -27,7 +27,7 @@ from gfd.sim.gpu_health import EventType
 MAX_XID = 2**32 - 1
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class CriticalXid:
     """After ``after_calls`` calls on GPU ``gpu``, ``times`` critical Xid ``xid`` events."""
 

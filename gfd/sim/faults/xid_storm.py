@@ -12,9 +12,9 @@ consumer that drains between calls from losing them to a full queue (a set queue
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import MAX_AFTER_CALLS, FaultMachine, count, gpu_after_calls
 from gfd.sim.faults.primitives import PostEvent, Primitive
@@ -26,7 +26,7 @@ from gfd.sim.gpu_health import EventType
 MAX_STORM_XIDS = 1000
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class XidStorm:
     """From ``after_calls`` calls on GPU ``gpu``, ``count`` Xid ``xid`` events, one every
     ``every_calls`` calls."""
