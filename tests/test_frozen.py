@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import inspect
 import math
 import pickle
 from collections.abc import Callable
@@ -155,6 +156,105 @@ def test_post_init_and_fields_made_after_init(decorate: Decorator) -> None:
     assert (link.peers, link.count, link.seen) == ((1, 3), 2, [])
     with pytest.raises(FrozenInstanceError):
         link.count = 3
+
+
+def _signature_and_fields(cls: type[Any]) -> tuple[str, list[tuple[str, bool, bool]]]:
+    fields = [(f.name, f.init, f.kw_only) for f in dataclasses.fields(cls)]
+    return str(inspect.signature(cls)), fields
+
+
+def test_init_takes_and_assigns_as_the_standard_library_does() -> None:
+    def make(decorate: Decorator) -> type[Any]:
+        @decorate
+        class Gpu:
+            index: int
+            name: str = "H100"
+            links: list[int] = field(default_factory=list)
+            memory: int = field(default=0, init=False)
+            seen: list[str] = field(default_factory=list, init=False)
+            serial: str | None = field(default=None, kw_only=True)
+            uuid: str = field(kw_only=True, default="")
+
+        return Gpu
+
+    oracle, record = _pair(make)
+    assert _signature_and_fields(record) == _signature_and_fields(oracle)
+    assert record.__match_args__ == oracle.__match_args__ == ("index", "name", "links")
+    assert record.__init__.__annotations__ == oracle.__init__.__annotations__
+    assert record.__init__.__qualname__.endswith("Gpu.__init__")
+    for args, kwargs in [
+        ((0,), {}),
+        ((1, "H200", [3]), {"serial": "s", "uuid": "GPU-1"}),
+        ((), {"index": 2, "links": [1, 2]}),
+    ]:
+        assert repr(record(*args, **kwargs)) == repr(oracle(*args, **kwargs))
+    assert record(0).links is not record(0).links  # a new list per instance
+    assert vars(record(0)) == vars(oracle(0))  # memory is read from the class, as there
+    for args, kwargs in [((), {}), ((1, "a", [], "x"), {}), ((1,), {"memory": 3})]:
+        with pytest.raises(TypeError) as expected:
+            oracle(*args, **kwargs)
+        with pytest.raises(TypeError) as got:
+            record(*args, **kwargs)
+        assert str(got.value).split("() ", 1)[1] == str(expected.value).split("() ", 1)[1]
+
+
+@BOTH
+def test_a_field_named_self(decorate: Decorator) -> None:
+    @decorate
+    class Odd:
+        self: int
+
+    assert Odd(self=1).self == 1 and Odd(2) == Odd(2)
+
+
+@BOTH
+def test_a_default_before_a_field_without_one_is_refused(decorate: Decorator) -> None:
+    class Wrong:
+        first: int = 0
+        second: int  # type: ignore[misc]
+
+    with pytest.raises(TypeError, match="^non-default argument 'second' follows default argument$"):
+        decorate(Wrong)
+
+
+def test_an_undocumented_record_is_documented_by_its_signature() -> None:
+    def make(decorate: Decorator) -> type[Any]:
+        @decorate
+        class Plain:
+            value: int
+            label: str = ""
+
+        return Plain
+
+    oracle, record = _pair(make)
+    assert record.__doc__ == oracle.__doc__ == "Plain(value: 'int', label: 'str' = '')"
+
+
+def test_an_init_var_is_refused_with_what_to_do() -> None:
+    class WithInitVar:
+        value: int
+        scale: dataclasses.InitVar[int]
+
+    with pytest.raises(TypeError, match=r"WithInitVar.scale: frozen_dataclass takes no InitVar"):
+        frozen_dataclass(WithInitVar)
+
+
+def test_slots_without_a_dict_and_init_false_defaults() -> None:
+    def make(decorate: Decorator) -> type[Any]:
+        @decorate
+        class Pair:
+            first: int
+            second: int
+            level: str = field(default="SYS", init=False)
+
+        return Pair
+
+    oracle = dataclass(frozen=True, slots=True)(make(lambda cls: cls))
+    record = frozen_dataclass(slots=True)(make(lambda cls: cls))
+    assert not hasattr(record(1, 2), "__dict__")
+    assert repr(record(1, 2)).endswith("Pair(first=1, second=2, level='SYS')")
+    assert repr(oracle(1, 2)).endswith("Pair(first=1, second=2, level='SYS')")
+    assert record(1, 2) == copy.deepcopy(record(1, 2))
 
 
 def test_methods_the_body_defines_are_kept() -> None:
