@@ -7,9 +7,12 @@ Shared by the benchmarks that time whole gfd processes (``agent_cost.py``,
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import tomllib
+import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,6 +82,28 @@ def child_environment(workdir: Path) -> dict[str, str]:
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
     return env
+
+
+def installed_python(workdir: Path) -> Path:
+    """An interpreter that sees this environment's packages as an installed gfd's sees
+    its own: a virtual environment whose one ``.pth`` file names this environment's
+    site-packages directories.
+
+    A checkout's environment holds gfd as an editable install, whose ``.pth`` file
+    imports a finder (``importlib.util``, ``pathlib``: a few milliseconds) in every
+    process, the floor's too; no installed gfd (wheel, container image) has it. Named
+    in a ``.pth`` file, a directory is only put on the path: the ``.pth`` files in it
+    are not run. gfd itself comes from ``PYTHONPATH`` (:func:`child_environment`)."""
+    home = workdir / "installed"
+    python = home / "bin" / "python"
+    if not python.exists():
+        venv.EnvBuilder(with_pip=False, symlinks=True).create(home)
+        purelib = sysconfig.get_path("purelib", vars={"base": str(home)})
+        directories = [path for path in site.getsitepackages() if Path(path).is_dir()]
+        (Path(purelib) / "this-environment.pth").write_text(
+            "".join(f"{path}\n" for path in directories), encoding="utf-8"
+        )
+    return python
 
 
 def console_script(

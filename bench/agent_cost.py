@@ -30,6 +30,8 @@ Measures, and prints as the Markdown tables quoted in ``docs/benchmarks.md``:
   and CPU time per cycle (``utime + stime`` from ``/proc/PID/stat`` between those
   two points, divided by the cycles run).
 
+Every process runs in an environment laid out as an installed gfd's
+(``_launcher.installed_python``: no editable install's finder, in the floor either).
 Each goal is checked in the report: a missed one is printed as ``MISSED`` in a banner
 and the script exits 1, so ``make bench`` fails loudly when start-up regresses (timing
 is never asserted in a test: the test machines are shared and noisy).
@@ -58,7 +60,12 @@ if str(ROOT) not in sys.path:
     # The emulator lives in the test tree, which is not an installed package.
     sys.path.insert(0, str(ROOT))
 
-from _launcher import Launcher, child_environment, console_script  # noqa: E402
+from _launcher import (  # noqa: E402
+    Launcher,
+    child_environment,
+    console_script,
+    installed_python,
+)
 
 from gfd.sim import prepare_machine  # noqa: E402
 from tests.emulator import ApiServerEmulator, seed_gfd_cluster  # noqa: E402
@@ -107,7 +114,7 @@ def oneshot_runs(runs: int, workdir: Path, api: ApiServerEmulator) -> dict[str, 
     # The simulator's variables matter only to the real-node runs; the others ignore them.
     env = {**base_env, **machine.environment()}
     kubeconfig = api.write_kubeconfig(workdir / "kubeconfig", TOKEN)
-    python = sys.executable
+    python = str(installed_python(workdir))
     real_node = [
         "--sysfs-root", str(machine.sysfs_root),
         "--machine-type-file", str(machine.machine_type_file),
@@ -187,7 +194,7 @@ def periodic_run(cycles: int, workdir: Path, api: ApiServerEmulator) -> dict[str
     env = {**child_environment(workdir), **machine.environment()}
     kubeconfig = api.write_kubeconfig(workdir / "kubeconfig-periodic", TOKEN)
     command = [
-        sys.executable, str(console_script(workdir)), "--sleep-interval", "10ms",
+        str(installed_python(workdir)), str(console_script(workdir)), "--sleep-interval", "10ms",
         "-o", str(workdir / "periodic-gfd"),
         "--patch-node", "--node-name", NODE, "--kubeconfig", str(kubeconfig),
         "--metrics-address", "127.0.0.1:0",

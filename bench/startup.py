@@ -15,17 +15,20 @@ page and bytecode caches:
   and the simulator's library found through ``LD_LIBRARY_PATH`` as the driver's would be,
   ``--sysfs-root`` and ``--machine-type-file`` pointing into it (what the real-GPU
   captures measured; ``bench/agent_cost.py`` has more of that path);
-- for context, an experiment: the simulated one-shot with every dataclass defined with its
-  ``__init__`` only (no generated ``__repr__``, ``__eq__``, ``__hash__``, nor a frozen
-  class's ``__setattr__``/``__delattr__``; ``dataclasses._process_class`` is wrapped by the
-  measured script, never in gfd): what compiling those methods at every start costs;
+- for context, an experiment: the simulated one-shot with gfd's records declared by
+  ``dataclasses.dataclass(frozen=True)`` instead of :func:`gfd.frozen.frozen_dataclass`
+  (the measured script swaps the decorator before gfd is imported; gfd never does): what
+  compiling each record's ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and
+  ``__delattr__`` at every start would cost;
 - with ``--baseline DIR``, the simulated and the real-node one-shot of another checkout of
   gfd (built: ``python setup.py build_ext --inplace`` there), run by the same interpreter
   and interleaved with the rest, so that a change is measured side by side with the code
   before it. Its real-node run reads the machine this checkout prepares.
 
-Each command is started from a small launcher process (``bench/_launcher.py``), which
-takes its wall and CPU time (``os.wait4``). The medians and each command's wall over the
+Every command runs in an environment laid out as an installed gfd's (no editable
+install's finder in any process, the floor's included: ``_launcher.installed_python``)
+and is started from a small launcher process (``bench/_launcher.py``), which takes its
+wall and CPU time (``os.wait4``). The medians and each command's wall over the
 floor's are printed and written to ``bench/results/startup.json``, with every sample.
 The goal (issue 32: the simulated one-shot's wall within 1.15 times the floor's) is
 checked in the report: a missed one prints ``MISSED`` in a banner and the script exits 1,
@@ -52,7 +55,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from _launcher import Launcher, child_environment, console_script  # noqa: E402
+from _launcher import (  # noqa: E402
+    Launcher,
+    child_environment,
+    console_script,
+    installed_python,
+)
 
 from gfd.sim import prepare_machine  # noqa: E402
 
@@ -62,16 +70,19 @@ GOAL_ONESHOT_OVER_FLOOR = 1.15
 INTERPRETER = "python -c pass"
 FLOOR = 'floor: python -c "import pynvml, structlog"'
 REAL_NODE = "gfd --oneshot --no-timestamp --output-file FILE, as on a real node"
-INIT_ONLY = "the simulated one-shot, dataclasses with __init__ only (experiment)"
+STDLIB_RECORDS = (
+    "the simulated one-shot, records as dataclasses.dataclass(frozen=True) (experiment)"
+)
 
-#: The experiment's prelude: every dataclass gets its ``__init__`` and nothing else
-#: generated. Frozen classes become plain (their instances then hash by identity): enough
-#: for a one-shot run to label, which the benchmark checks.
-INIT_ONLY_DATACLASSES = """import dataclasses
-_process_class = dataclasses._process_class
-def _init_only(cls, init, repr, eq, order, unsafe_hash, frozen, *rest):
-    return _process_class(cls, init, False, False, order, unsafe_hash, False, *rest)
-dataclasses._process_class = _init_only
+#: The experiment's prelude: gfd.frozen's decorator replaced by the standard library's,
+#: before any module of gfd that declares a record is imported.
+STDLIB_FROZEN_DATACLASSES = """import dataclasses
+import gfd.frozen
+def _stdlib_frozen_dataclass(cls=None, /, *, slots=False):
+    if cls is None:
+        return lambda cls: dataclasses.dataclass(cls, frozen=True, slots=slots)
+    return dataclasses.dataclass(cls, frozen=True, slots=slots)
+gfd.frozen.frozen_dataclass = _stdlib_frozen_dataclass
 """
 
 
@@ -83,9 +94,11 @@ def interleaved_runs(
     runs: int, profile: str, workdir: Path, baseline: Path | None
 ) -> dict[str, list[dict[str, float]]]:
     """Wall and CPU seconds of each command, ``runs`` each, taken round robin."""
-    python = sys.executable
+    python = str(installed_python(workdir))
     gfd = str(console_script(workdir))
-    init_only = console_script(workdir, name="gfd-init-only", prelude=INIT_ONLY_DATACLASSES)
+    stdlib_records = console_script(
+        workdir, name="gfd-stdlib-records", prelude=STDLIB_FROZEN_DATACLASSES
+    )
     output = workdir / "features.d-gfd"
     machine = prepare_machine(profile, workdir / "machine")
     oneshot = ["--oneshot", "--no-timestamp", "--output-file", str(output)]
@@ -98,7 +111,7 @@ def interleaved_runs(
         FLOOR: [python, "-c", "import pynvml, structlog"],
         simulated(profile): [python, gfd, "--simulate", profile, *oneshot],
         REAL_NODE: [python, gfd, *as_on_a_node],
-        INIT_ONLY: [python, str(init_only), "--simulate", profile, *oneshot],
+        STDLIB_RECORDS: [python, str(stdlib_records), "--simulate", profile, *oneshot],
     }
     if baseline is not None:
         before = str(console_script(workdir, checkout=baseline, name="gfd-baseline"))
