@@ -148,6 +148,23 @@ def facts_source(settings: Settings) -> Iterator[NodeReader]:
         reader.close()
 
 
+def forced_exit(settings: Settings) -> Callable[[int], object]:
+    """How a watchdog ends a run whose facts come from :func:`facts_source`:
+    ``os._exit``, which runs no ``finally`` block nor ``atexit`` handler, so that a call
+    that never returns cannot hold the process; under ``--simulate`` it first removes the
+    simulated machine's files, which :func:`facts_source` would otherwise have removed."""
+    if not settings.simulate:
+        return os._exit
+
+    def remove_simulated_files_and_exit(status: int) -> None:
+        from gfd.sim import remove_simulated_files
+
+        remove_simulated_files()
+        os._exit(status)
+
+    return remove_simulated_files_and_exit
+
+
 def host_reader(settings: Settings) -> NodeReader:
     """Facts from this machine's NVML, sysfs and DMI file, as ``settings`` name them."""
     return NodeReader(

@@ -19,7 +19,13 @@ from gfd.app.exit_status import EXIT_OK, error_line, exit_status_of_kind
 from gfd.app.health_setup import HealthSetup
 from gfd.app.label_mode import CycleNodeRead, LabelModeSetup, label_options
 from gfd.app.metrics_endpoint import MetricsEndpoint
-from gfd.app.node_reader import NodeReader, check_machine_type_file, facts_source, host_reader
+from gfd.app.node_reader import (
+    NodeReader,
+    check_machine_type_file,
+    facts_source,
+    forced_exit,
+    host_reader,
+)
 from gfd.app.signals import StopWatchdog, install_signal_handlers, restore_signal_handlers
 from gfd.app.sinks import SinkFactory, SinkSet
 from gfd.config import Settings, resolve_settings
@@ -170,7 +176,9 @@ def run_agent(
     more), and a main thread held in a call that cannot be interrupted is overtaken by
     :class:`~gfd.app.signals.StopWatchdog`.
     """
-    deadline = OneshotDeadline(settings.oneshot_timeout if settings.oneshot else None)
+    deadline = OneshotDeadline(
+        settings.oneshot_timeout if settings.oneshot else None, exit_now=forced_exit(settings)
+    )
     try:
         return _assemble_and_run(explicit, env, settings, stdout, log, deadline)
     finally:
@@ -195,7 +203,7 @@ def _assemble_and_run(
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
     previous = install_signal_handlers(control)
-    watchdog = StopWatchdog(control)
+    watchdog = StopWatchdog(control, exit_now=forced_exit(settings))
     #: Host readers made for the settings of each (re)load; each may hold an NVML session.
     opened: list[NodeReader] = []
     try:

@@ -221,6 +221,24 @@ def machine_branch(facts: NodeFacts) -> int:
     return driver_branch(facts.driver_version)
 
 
+#: The directories of the machines simulate() serves now (one at a time, see _active).
+_live_directories: set[Path] = set()
+
+
+def remove_simulated_files() -> None:
+    """Remove, now, the files this process's simulated machines put on disk: the machine
+    file and sysfs tree of an active :func:`simulate` block and the per-branch library
+    copies. For a process about to end without running its ``finally`` blocks and
+    ``atexit`` handlers (``os._exit``: a watchdog ending a run held in a call that does not
+    return), which would otherwise leave them in the temporary directory. Never raises: the
+    process is on its way out; a thread still inside the library keeps its mapping."""
+    for directory in list(_live_directories):
+        shutil.rmtree(directory, ignore_errors=True)
+    if _branch_libraries is not None:
+        with contextlib.suppress(OSError):
+            _branch_libraries.remove()
+
+
 def branch_library_path(branch: int) -> Path:
     """This process's simulator library exporting what ``branch`` exports."""
     global _branch_libraries
@@ -377,6 +395,7 @@ def simulate(
         )
     try:
         directory = Path(tempfile.mkdtemp(prefix="gfd-sim-", dir=workdir))
+        _live_directories.add(directory)
         try:
             machine = _prepare(resolved, directory, served, for_other_programs=for_other_programs)
             configure_library(loaded, machine.config_path)
@@ -386,5 +405,6 @@ def simulate(
                 configure_library(loaded, None)
         finally:
             shutil.rmtree(directory, ignore_errors=True)
+            _live_directories.discard(directory)
     finally:
         _active.release()

@@ -85,6 +85,9 @@ def test_a_one_shot_held_by_a_hung_nvml_call_ends_at_its_bound(tmp_path: Path) -
     )
     command = [sys.executable, "-m", "gfd", "--simulate", str(profile), "--oneshot"]
     command += ["--oneshot-timeout", "1s", "--health-checks", "none", "-o", str(tmp_path / "gfd")]
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GFD_")}
     started = time.monotonic()
     done = subprocess.run(
         command,
@@ -92,7 +95,7 @@ def test_a_one_shot_held_by_a_hung_nvml_call_ends_at_its_bound(tmp_path: Path) -
         text=True,
         timeout=60,
         cwd=ROOT,
-        env={key: value for key, value in os.environ.items() if not key.startswith("GFD_")},
+        env={**env, "TMPDIR": str(temporary)},
     )
     took = time.monotonic() - started
     assert done.returncode == EXIT_FAILED, done.stderr
@@ -103,6 +106,8 @@ def test_a_one_shot_held_by_a_hung_nvml_call_ends_at_its_bound(tmp_path: Path) -
     # The bound, the grace, and a process's start: far from the call's ten minutes.
     assert took < 1 + ONESHOT_GRACE_SECONDS + 10
     assert not (tmp_path / "gfd").exists()
+    # The watchdog's exit runs no finally block: it removes the simulated machine itself.
+    assert sorted(temporary.iterdir()) == []
 
 
 def test_a_one_shot_that_fails_before_it_runs_leaves_no_watchdog_behind(tmp_path: Path) -> None:

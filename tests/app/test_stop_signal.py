@@ -194,13 +194,19 @@ def test_sigterm_ends_a_run_held_in_an_nvml_call_that_never_returns(
     hung = CallDelay(call="nvmlDeviceGetName", seconds=600)
     output = tmp_path / "gfd"
     profile = slow_profile(tmp_path, "t4-single", hung)
-    with running_gfd("--simulate", str(profile), "-o", str(output), *mode) as process:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    with running_gfd("--simulate", str(profile), "-o", str(output), *mode, env=env) as process:
         code, stderr, seen = stop_when_slow(process)
     assert code == 0, stderr
     assert "Traceback" not in stderr
     assert not output.exists(), "nothing of an interrupted cycle is published"
     if seen:
         assert "stopping now: still busy" in stderr
+    # The watchdog's exit runs no finally block: it removes the simulated machine itself
+    # (the sysfs tree, the machine file, the 535 branch's library copy).
+    assert sorted(temporary.iterdir()) == []
 
 
 @pytest.mark.slow

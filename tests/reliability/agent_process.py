@@ -275,13 +275,15 @@ def write_previous_file(path: Path, labels: Mapping[str, str]) -> tuple[bytes, i
 
 
 @contextlib.contextmanager
-def running_gfd(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """A ``gfd`` process with piped output, killed at the end if it is still running."""
+def running_gfd(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A ``gfd`` process with piped output, killed at the end if it is still running;
+    ``env``: its environment (this process's by default)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "gfd", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
     try:
         yield process
