@@ -26,7 +26,15 @@ from typing import Any, TextIO
 from gfd import __version__
 from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, exit_status_of
 from gfd.app.node_reader import check_machine_type_file, read_node_once
-from gfd.config import OPTIONS, Option, Settings, convert, resolve_settings
+from gfd.config import (
+    NODE_PATHS,
+    OPTIONS,
+    HostPaths,
+    Option,
+    Settings,
+    convert,
+    resolve_settings,
+)
 from gfd.config.effect import idle_flags
 from gfd.config.values import BOOL_WORDS
 from gfd.errors import ConfigError, GfdError, echo
@@ -255,11 +263,11 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[st
     return namespace, explicit
 
 
-def agent_settings(pid: int) -> dict[str, Any]:
+def agent_settings(pid: int, *, proc_root: Path) -> dict[str, Any]:
     """The settings gfd process ``pid`` was given on its command line (``doctor --from-pid``)."""
     from gfd.doctor.agent_command import agent_arguments
 
-    words = agent_arguments(pid)
+    words = agent_arguments(pid, proc_root=proc_root)
     try:
         _, explicit = parse_command_line(words)
     except UsageError as exc:
@@ -345,7 +353,11 @@ def command_cleanup(
         raise UsageError("cleanup: name the node (--node-name NODE or NODE_NAME) or --all-nodes")
     if pods_selector and not settings.namespace:
         raise UsageError("cleanup: --wait-for-pods needs the pods' namespace: --namespace")
-    client = connect_kubernetes(kubeconfig=settings.kubeconfig)
+    client = connect_kubernetes(
+        kubeconfig=settings.kubeconfig,
+        in_cluster_token_path=settings.host.token_file,
+        in_cluster_ca_path=settings.host.ca_file,
+    )
     try:
         stop = threading.Event()
         if pods_selector:
@@ -388,8 +400,12 @@ def main(
     *,
     env: Mapping[str, str] | None = None,
     stdout: TextIO | None = None,
+    host: HostPaths = NODE_PATHS,
 ) -> int:
     """Entry point of ``gfd`` and ``python -m gfd``.
+
+    ``host`` says where the host's files are (:mod:`gfd.config.host`): a node's, unless a
+    test or an embedding program gives gfd a host of its own.
 
     Whatever goes wrong ends in one ``gfd: error:`` line on stderr, never a traceback
     (an unexpected exception's traceback goes to the debug log). A reader of stdout
@@ -404,9 +420,12 @@ def main(
     try:
         namespace, explicit = parse_command_line(arguments)
         if getattr(namespace, "from_pid", None) is not None:
-            explicit = {**agent_settings(namespace.from_pid), **explicit}
+            explicit = {
+                **agent_settings(namespace.from_pid, proc_root=Path(host.proc_root)),
+                **explicit,
+            }
         command = namespace.command or "run"
-        settings = resolve_settings(explicit, environment)
+        settings = resolve_settings(explicit, environment, host=host)
         check_machine_type_file(settings)
         idle = idle_flags(command, explicit, settings)
         if idle.errors:

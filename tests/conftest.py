@@ -13,6 +13,7 @@ from hypothesis import settings
 
 from tests import closing_lines
 from tests.closing_lines import ORACLE
+from tests.host import running_test
 from tests.oracles import ORACLES, oracle_path
 
 # No test asserts on time (the machines are shared and noisy; performance is measured
@@ -48,3 +49,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.user_properties.extend((ORACLE, name) for name in names)
     for name in names:
         oracle_path(name)
+
+
+@pytest.fixture(autouse=True)
+def _the_running_test(request: pytest.FixtureRequest) -> None:
+    """gfd run in-process by a test sees the test's own host (``tests/host.py``)."""
+    running_test(request)
+

@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 
 from gfd.cleanup import CleanupFailed, clean_node, clean_nodes, node_names, wait_for_pods_gone
-from gfd.cli import main as gfd_main
-from gfd.config import SERVICE_ACCOUNT_NAMESPACE_FILE
 from gfd.health.condition import HealthState, NodeConditionWriter, Transition, node_condition
 from gfd.health.taint import NodeTaintWriter
 from gfd.kube_api import JSON_PATCH, KubeClient, connect_kubernetes
@@ -28,6 +26,7 @@ from gfd.sinks import Publication
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
 from tests.emulator.server import Principal
+from tests.host import gfd_main, test_host
 from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by import
     FAST_RETRIES,
     NAMESPACE,
@@ -333,7 +332,7 @@ def test_the_command_line_waits_in_the_namespace_it_is_given(
     emulator.delete_object("pods", POD, NAMESPACE)
     command = ["cleanup", "--all-nodes", "--kubeconfig", str(cleanup_kubeconfig)]
     capsys.readouterr()
-    if not Path(SERVICE_ACCOUNT_NAMESPACE_FILE).exists():  # outside a pod: no namespace known
+    if not Path(test_host().namespace_file).exists():  # outside a pod: no namespace known
         assert gfd_main([*command, "--wait-for-pods", AGENTS], env={}) == 2
         assert capsys.readouterr().err == (
             "gfd: error: cleanup: --wait-for-pods needs the pods' namespace: --namespace\n"

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.errors import ConfigError
 from gfd.facts import FactsError, facts_from_dict, facts_to_dict
 from gfd.facts_limits import (
@@ -34,6 +33,7 @@ from gfd.facts_limits import (
 from gfd.nvml.reader import NvmlBeyondLimits, NvmlReader
 from gfd.sim import load_profile, simulate
 from tests.facts_readback import load_facts_text
+from tests.host import gfd_main
 
 
 def gpu_line(i: int) -> str:

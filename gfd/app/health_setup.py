@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
 from gfd.config import Settings
-from gfd.config.options import DEFAULT_KERNEL_LOG
 from gfd.config.values import XID_CHECK
 from gfd.errors import GfdError
 
@@ -250,7 +249,7 @@ def kernel_log_path(settings: Settings) -> str | None:
     machine never reads the host's (``--simulate`` with the default ``/dev/kmsg``): its
     GPUs are not the host's; a test kernel log is given by its own path."""
     path = settings.health_kernel_log
-    if settings.simulate and path == DEFAULT_KERNEL_LOG:
+    if settings.simulate and path == settings.host.kernel_log:
         return None
     return path
 

@@ -15,7 +15,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gfd.config import Settings
+from gfd.config import NODE_PATHS, Settings
 from gfd.errors import ConfigError, NvmlNotReady
 from gfd.frozen import frozen_dataclass
 
@@ -43,6 +43,8 @@ class NodeReader:
     #: --driver-root-ctr-path: where the driver's library is looked up when library_path
     #: is None, at each NVML start until found (gfd.nvml.driver_root).
     driver_root: str | None = None
+    #: Where the driver's root is looked for when ``driver_root`` is None.
+    default_driver_root: Path = Path(NODE_PATHS.driver_root)
     #: Where absent optional facts are logged (gfd's logger when None).
     log: Any = field(default=None, compare=False, repr=False)
     #: (call, cause) of absent optional NVML facts already logged: once per process.
@@ -78,7 +80,9 @@ class NodeReader:
                     # Only a driver's library is searched for (the simulator's has its path).
                     from gfd.nvml.driver_root import nvml_library_path
 
-                    library = nvml_library_path(self.driver_root)
+                    library = nvml_library_path(
+                        self.driver_root, default_root=self.default_driver_root
+                    )
                 self._nvml.append(
                     NvmlReader(
                         library_path=library,
@@ -171,6 +175,7 @@ def host_reader(settings: Settings) -> NodeReader:
         sysfs_root=Path(settings.sysfs_root),
         machine_type_file=Path(settings.machine_type_file),
         driver_root=settings.driver_root_ctr_path,
+        default_driver_root=Path(settings.host.driver_root),
     )
 
 

@@ -126,7 +126,7 @@ class AgentAssembly:
             self.log.error(event, reason=why, exc_info=None if known else exc, **fields)
 
         try:
-            reloaded = resolve_settings(explicit, env)
+            reloaded = resolve_settings(explicit, env, host=current.host)
             check_machine_type_file(reloaded)
             built = self.factory.build(reloaded, self.stdout)
         except Exception as exc:

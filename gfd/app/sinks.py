@@ -155,7 +155,11 @@ class SinkFactory:
             return self._kube, False
         from gfd.kube_api import connect_kubernetes
 
-        client = connect_kubernetes(kubeconfig=settings.kubeconfig)
+        client = connect_kubernetes(
+            kubeconfig=settings.kubeconfig,
+            in_cluster_token_path=settings.host.token_file,
+            in_cluster_ca_path=settings.host.ca_file,
+        )
         if self._give_up_by is not None:
             client.give_up_by(*self._give_up_by)
         return client, True

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gfd.config.host import NODE_PATHS, HostPaths
 from gfd.config.options import (
     DEFAULT_KERNEL_LOG,
     DEFAULT_MACHINE_TYPE_FILE,
@@ -82,9 +83,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-#: The pod's own namespace, mounted with its ServiceAccount token.
-SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
 __all__ = [
     "CONFIG_VERSION",
     "DEFAULT_MACHINE_TYPE_FILE",
@@ -98,10 +96,12 @@ __all__ = [
     "MAX_DURATION_SECONDS",
     "MAX_REPLICAS",
     "MIG_STRATEGIES",
+    "NODE_PATHS",
     "OPTIONS",
     "OPTIONS_BY_NAME",
     "ConfigError",
     "ConfigFile",
+    "HostPaths",
     "Option",
     "Settings",
     "SharedResource",
@@ -140,7 +140,7 @@ class Settings:
     #: Lifetime written as ``# +expiry-time=`` into the feature file; None: no directive.
     output_file_expiry: float | None = None
     machine_type_file: str = DEFAULT_MACHINE_TYPE_FILE
-    sysfs_root: str = "/sys"
+    sysfs_root: str = NODE_PATHS.sysfs_root
     #: --driver-root-ctr-path; None: /driver-root when mounted (gfd.nvml.driver_root).
     driver_root_ctr_path: str | None = None
     config_file: str | None = None
@@ -182,27 +182,31 @@ class Settings:
     #: The kernel log read for Xids (gfd.nvml.kernel_xids); None: NVML's events alone.
     health_kernel_log: str | None = DEFAULT_KERNEL_LOG
     sharing: Sharing | None = None
+    #: The host paths no setting names (``/proc``, the ServiceAccount's folder), and where
+    #: the defaults above came from (:mod:`gfd.config.host`).
+    host: HostPaths = NODE_PATHS
 
 
 def resolve_settings(
     explicit: Mapping[str, Any],
     env: Mapping[str, str],
     *,
-    namespace_file: str = SERVICE_ACCOUNT_NAMESPACE_FILE,
+    host: HostPaths = NODE_PATHS,
 ) -> Settings:
     """Apply precedence: explicit flags, then environment, then the config file, then defaults.
 
     ``explicit`` holds only the flags given on the command line, already converted. The
-    namespace is the pod's own unless ``--namespace`` is given: ``namespace_file`` (the
-    ServiceAccount's), then ``NAMESPACE``; never a guess such as ``default``, where the
-    namespaced RBAC of gfd's ServiceAccount would refuse every write.
+    namespace is the pod's own unless ``--namespace`` is given: the ServiceAccount's
+    ``namespace`` file, then ``NAMESPACE``; never a guess such as ``default``, where the
+    namespaced RBAC of gfd's ServiceAccount would refuse every write. ``host`` gives the
+    defaults of the settings that name a host path, and the paths no setting names.
     """
     chosen: dict[str, Any] = {}
     for option in OPTIONS:
         if option.name in explicit:
             chosen[option.name] = explicit[option.name]
             continue
-        if option.name == "namespace" and (own := _pod_namespace(namespace_file)):
+        if option.name == "namespace" and (own := _pod_namespace(host.namespace_file)):
             chosen["namespace"] = own
             continue
         for variable in option.env:
@@ -223,7 +227,14 @@ def resolve_settings(
         sharing = loaded.sharing
         for name, value in loaded.values.items():
             chosen.setdefault(name, value)
-    settings = Settings(**chosen, sharing=sharing)
+    for name, default in (
+        ("output_file", host.feature_file),
+        ("machine_type_file", host.machine_type_file),
+        ("sysfs_root", host.sysfs_root),
+        ("health_kernel_log", host.kernel_log),
+    ):
+        chosen.setdefault(name, default)
+    settings = Settings(**chosen, sharing=sharing, host=host)
     _check_combination(settings)
     return settings
 
@@ -257,7 +268,7 @@ def _check_combination(settings: Settings) -> None:
     if settings.use_node_feature_api and not settings.namespace:
         raise ConfigError(
             "--use-node-feature-api needs a namespace: not in a pod (no "
-            f"{SERVICE_ACCOUNT_NAMESPACE_FILE}) and NAMESPACE unset; set --namespace or NAMESPACE"
+            f"{settings.host.namespace_file}) and NAMESPACE unset; set --namespace or NAMESPACE"
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gfd.config.host import NODE_PATHS
 from gfd.config.values import (
     HEALTH_CHECKS,
     LABEL_MODES,
@@ -24,8 +25,8 @@ from gfd.config.values import (
 from gfd.errors import ConfigError, echo
 from gfd.frozen import frozen_dataclass
 
-DEFAULT_OUTPUT_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
-DEFAULT_MACHINE_TYPE_FILE = "/sys/class/dmi/id/product_name"
+DEFAULT_OUTPUT_FILE = NODE_PATHS.feature_file
+DEFAULT_MACHINE_TYPE_FILE = NODE_PATHS.machine_type_file
 #: How long a one-shot run may take in all before it gives up (a Job's pod that cannot
 #: reach the API server says so in half a minute, not after two).
 DEFAULT_ONESHOT_TIMEOUT = 30.0
@@ -34,7 +35,7 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 #: evicts running pods that do not tolerate it.
 HEALTH_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
 #: Where the kernel log is read for Xids (``--health-kernel-log``).
-DEFAULT_KERNEL_LOG = "/dev/kmsg"
+DEFAULT_KERNEL_LOG = NODE_PATHS.kernel_log
 #: The largest count option accepted: far past any use, and small enough to stay exact.
 MAX_COUNT = 1_000_000
 

@@ -38,7 +38,6 @@ from gfd.doctor.finding import (
 from gfd.doctor.registry import DOCTOR_CHECKS, DoctorCheck
 from gfd.doctor.report import FORMATS, found_a_problem, render
 from gfd.errors import GfdError
-from gfd.nvml.driver_root import DEFAULT_DRIVER_ROOT
 
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient
@@ -78,7 +77,7 @@ def diagnose(
     *,
     environment: Mapping[str, str],
     checks: Sequence[DoctorCheck] = DOCTOR_CHECKS,
-    default_driver_root: Path = DEFAULT_DRIVER_ROOT,
+    default_driver_root: Path | None = None,
     connect_kubernetes: Callable[..., KubeClient] | None = None,
     wall_clock: Callable[[], float] = time.time,
     is_mount: Callable[[str], bool] = os.path.ismount,

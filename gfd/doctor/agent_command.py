@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gfd.config.host import NODE_PATHS
 from gfd.errors import ConfigError
 from gfd.inputs import InputRejected, read_bounded
 
@@ -18,7 +19,7 @@ from gfd.inputs import InputRejected, read_bounded
 CMDLINE_LIMIT = 64 << 10
 #: The names gfd's console scripts are installed under.
 PROGRAMS = ("gfd", "gpu-feature-discovery")
-PROC_ROOT = Path("/proc")
+PROC_ROOT = Path(NODE_PATHS.proc_root)
 
 
 def agent_arguments(pid: int, *, proc_root: Path = PROC_ROOT) -> list[str]:

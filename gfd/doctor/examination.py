@@ -17,6 +17,7 @@ and the mount test of the feature file's folder.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -31,7 +32,6 @@ from gfd.doctor.api import DoctorApi, NoCluster, connect
 from gfd.errors import GfdError, NvmlError, NvmlNotReady
 from gfd.frozen import frozen_dataclass
 from gfd.kube_api import KubeApiError, KubeApiPermanentError, path_segment
-from gfd.nvml.driver_root import DEFAULT_DRIVER_ROOT
 
 if TYPE_CHECKING:
     from gfd.facts import NodeFacts
@@ -328,7 +328,11 @@ class Examination:
             return connect(
                 self.settings.kubeconfig,
                 self.environment,
-                connect_kubernetes=self._connect_kubernetes,
+                connect_kubernetes=functools.partial(
+                    self._connect_kubernetes,
+                    in_cluster_token_path=self.settings.host.token_file,
+                    in_cluster_ca_path=self.settings.host.ca_file,
+                ),
             )
         except NoCluster as exc:
             return exc
@@ -388,7 +392,7 @@ def examine_node(
     settings: Settings,
     *,
     environment: Mapping[str, str],
-    default_driver_root: Path = DEFAULT_DRIVER_ROOT,
+    default_driver_root: Path | None = None,
     connect_kubernetes: Callable[..., KubeClient] | None = None,
     wall_clock: Callable[[], float] = time.time,
     is_mount: Callable[[str], bool] = os.path.ismount,
@@ -396,7 +400,10 @@ def examine_node(
 ) -> Iterator[Examination]:
     """An :class:`Examination` of this node as ``settings`` would run gfd on it, on the
     simulator under ``--simulate``; what it opened is closed on the way out."""
-    lookup = look_up_driver_root(settings, default_driver_root)
+    lookup = look_up_driver_root(
+        settings,
+        Path(settings.host.driver_root) if default_driver_root is None else default_driver_root,
+    )
     with contextlib.ExitStack() as opened:
         reader: NodeReader | None
         if settings.simulate:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gfd.config.host import NODE_PATHS
 from gfd.errors import ConfigError, echo, shorten
 from gfd.inputs import (
     KUBECONFIG_LIMIT,
@@ -29,7 +30,7 @@ from gfd.logs import get_logger
 
 log = get_logger()
 
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+SERVICE_ACCOUNT_DIR = NODE_PATHS.service_account_dir
 IN_CLUSTER_TOKEN_PATH = f"{SERVICE_ACCOUNT_DIR}/token"
 IN_CLUSTER_CA_PATH = f"{SERVICE_ACCOUNT_DIR}/ca.crt"
 

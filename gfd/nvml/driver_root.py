@@ -30,13 +30,14 @@ from pathlib import Path, PurePosixPath
 
 import pynvml
 
+from gfd.config.host import NODE_PATHS
 from gfd.errors import NvmlNotReady
 from gfd.frozen import frozen_dataclass
 from gfd.inputs import InputRejected, read_bounded_text
 
 #: Where NVIDIA's device plugin and GFD expect the driver root by default
 #: (``--driver-root-ctr-path``); gfd looks there only when it is a directory.
-DEFAULT_DRIVER_ROOT = Path("/driver-root")
+DEFAULT_DRIVER_ROOT = Path(NODE_PATHS.driver_root)
 NVML_LIBRARY = "libnvidia-ml.so.1"
 #: One ``ld.so.conf`` file: a real one is a few lines.
 CONF_FILE_LIMIT = 64 << 10

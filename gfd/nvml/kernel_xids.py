@@ -31,10 +31,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gfd.config.host import NODE_PATHS
 from gfd.frozen import frozen_dataclass
 
 #: The kernel's log device.
-KERNEL_LOG = Path("/dev/kmsg")
+KERNEL_LOG = Path(NODE_PATHS.kernel_log)
 #: Bytes asked of one read: a ``/dev/kmsg`` read fails with EINVAL when the buffer is
 #: shorter than the record, and the kernel's longest is under 8 KiB.
 READ_SIZE = 8192

@@ -35,6 +35,7 @@ from typing import Literal
 
 import pynvml
 
+from gfd.config.host import NODE_PATHS
 from gfd.facts import NodeFacts
 from gfd.facts_limits import MACHINE_LIMITS, MachineLimits
 from gfd.frozen import frozen_dataclass
@@ -47,8 +48,8 @@ from gfd.nvml.library import library_lock, select_library
 from gfd.nvml.pairs import read_nvlink_p2p, read_pairs, switch_fabrics
 from gfd.nvml.vgpu import read_vgpu
 
-DEFAULT_SYSFS_ROOT = Path("/sys")
-DEFAULT_MACHINE_TYPE_FILE = Path("/sys/class/dmi/id/product_name")
+DEFAULT_SYSFS_ROOT = Path(NODE_PATHS.sysfs_root)
+DEFAULT_MACHINE_TYPE_FILE = Path(NODE_PATHS.machine_type_file)
 
 CallRole = Literal["required", "unsupported-absent", "optional"]
 

@@ -9,7 +9,9 @@ its format and how it is replaced:
   0755 (less the umask), as ``mkdir -p`` would: NVIDIA's GFD did so before v0.16 (its
   staging directory's ``MkdirAll`` made the folder), the kubelet makes its ``hostPath``
   (``DirectoryOrCreate``) so, and a first run on a node without NFD yet should not fail
-  for want of a folder;
+  for want of a folder. It is made by the first write, never when the sink is built: a
+  run that never gets as far as labels (NVML cannot start, a flag is wrong) leaves the
+  host's ``/etc`` as it found it;
 - optionally a leading ``# +expiry-time=<RFC3339>`` directive, so NFD drops the
   labels of an agent that died; the expiry is refreshed when half of it has passed,
   not every cycle;
@@ -32,9 +34,9 @@ its format and how it is replaced:
   directory's creation, a temporary file beside the target in the fallback, another
   writer's file, or another gfd process), waiting out the rest when it comes sooner.
   That is at most one write a second; a change under a second after the previous
-  write is written as soon as the second has passed. The staging directory is
-  created when the sink is made, so its own event is mostly past (the first read of
-  the GPUs takes a while) when the first write comes, and at most the spacing is left;
+  write is written as soon as the second has passed. The staging directory is made
+  by the first write on a node and then stays, so only that write waits out its
+  event (at most the spacing);
 - only ever a regular file at the target: a target that exists and is anything
   else (a symlink, a device such as ``/dev/null``, a FIFO, a directory) is refused
   with one line, and never opened, followed or replaced;
@@ -170,7 +172,6 @@ class FeatureFileSink:
         # so a SIGTERM ends the wait at once) and the clock directory mtimes are read on.
         self._wait = wait
         self._wall_clock = wall_clock
-        self._prepare_staging()
 
     def publish(self, publication: Publication) -> bool:
         labels = publication.labels
@@ -310,17 +311,6 @@ class FeatureFileSink:
                 ) from exc
         if missing:
             log.info("feature_file_directory_created", directory=str(directory))
-
-    def _prepare_staging(self) -> None:
-        """Create the features directory when missing, and the staging directory, now:
-        each creation is an event for NFD's worker, best long past by the first write.
-        Whatever goes wrong is left to the write, which reports it."""
-        with contextlib.suppress(OSError, SinkPermanentError):
-            dir_fd = self._open_directory()
-            try:
-                os.mkdir(self.staging_name, DIRECTORY_MODE, dir_fd=dir_fd)
-            finally:
-                os.close(dir_fd)
 
     def _space_event(self, dir_fd: int) -> None:
         """Wait until the features directory has been still for :attr:`event_spacing`.

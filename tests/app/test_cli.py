@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main
 from gfd.facts import dump_facts
 from gfd.sim import load_profile
 from tests.facts_readback import load_facts_text
+from tests.host import gfd_main as main
 from tests.nfd_rules import read_features_dir
 from tests.reliability.agent_process import running_gfd
 

@@ -116,7 +116,7 @@ def test_a_one_shot_that_fails_before_it_runs_leaves_no_watchdog_behind(tmp_path
     import contextlib
     import io
 
-    from gfd.cli import main
+    from tests.host import gfd_main as main
 
     with contextlib.redirect_stderr(io.StringIO()) as err:
         code = main(

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from gfd.app.exit_status import EXIT_FAILED, EXIT_USAGE
-from gfd.cli import main as gfd_main
 from gfd.facts import VgpuInfo, dump_facts
 from gfd.sim import load_profile
+from tests.host import gfd_main
 
 #: Where each subcommand's own words go; ``{args}`` is the class's.
 MODES = {

@@ -11,22 +11,23 @@ from gfd.config import (
     DEFAULT_OUTPUT_FILE,
     OPTIONS,
     ConfigError,
+    HostPaths,
     Settings,
     SharedResource,
     Sharing,
     parse_duration,
     resolve_settings,
 )
+from tests.host import NOT_IN_A_POD
 
 #: Where no ServiceAccount namespace file is: the tests must not depend on running in a pod.
-NOT_IN_A_POD = str(Path(__file__).parent / "no-such-serviceaccount" / "namespace")
 
 
 def settings_for(
-    argv: list[str], env: dict[str, str] | None = None, *, namespace_file: str = NOT_IN_A_POD
+    argv: list[str], env: dict[str, str] | None = None, *, host: HostPaths = NOT_IN_A_POD
 ) -> Settings:
     _, explicit = parse_command_line(argv)
-    return resolve_settings(explicit, env or {}, namespace_file=namespace_file)
+    return resolve_settings(explicit, env or {}, host=host)
 
 
 def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
@@ -51,13 +52,32 @@ def test_defaults_match_the_reference() -> None:
 
 
 def test_namespace_is_the_pods_own(tmp_path: Path) -> None:
-    own = write(tmp_path, "gpu-operator\n", name="namespace")
+    (tmp_path / "own").mkdir()
+    write(tmp_path / "own", "gpu-operator\n", name="namespace")
+    own = HostPaths(service_account_dir=str(tmp_path / "own"))
     env = {"NAMESPACE": "from-env"}
-    assert settings_for([], env, namespace_file=own).namespace == "gpu-operator"
+    assert settings_for([], env, host=own).namespace == "gpu-operator"
     assert settings_for([], env).namespace == "from-env"
-    assert settings_for(["--namespace", "flag"], env, namespace_file=own).namespace == "flag"
-    empty = write(tmp_path, "\n", name="empty")
-    assert settings_for([], env, namespace_file=empty).namespace == "from-env"
+    assert settings_for(["--namespace", "flag"], env, host=own).namespace == "flag"
+    (tmp_path / "empty").mkdir()
+    write(tmp_path / "empty", "\n", name="namespace")
+    empty = HostPaths(service_account_dir=str(tmp_path / "empty"))
+    assert settings_for([], env, host=empty).namespace == "from-env"
+
+
+def test_the_defaults_of_host_paths_come_from_the_host_given() -> None:
+    host = HostPaths.under("/elsewhere")
+    settings = resolve_settings({}, {}, host=host)
+    assert settings.host == host
+    assert settings.output_file == "/elsewhere/etc/kubernetes/node-feature-discovery/features.d/gfd"
+    assert settings.sysfs_root == "/elsewhere/sys"
+    assert settings.machine_type_file == "/elsewhere/sys/class/dmi/id/product_name"
+    assert settings.health_kernel_log == "/elsewhere/dev/kmsg"
+    assert host.token_file == "/elsewhere/var/run/secrets/kubernetes.io/serviceaccount/token"
+    # What is given still wins over the host's defaults.
+    _, explicit = parse_command_line(["--sysfs-root", "/mnt/sys", "--output-file", "-"])
+    given = resolve_settings(explicit, {}, host=host)
+    assert (given.sysfs_root, given.output_file) == ("/mnt/sys", "-")
 
 
 def test_node_feature_api_without_a_namespace_is_an_error() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main, parse_command_line
+from gfd.cli import parse_command_line
 from gfd.config import OPTIONS, OPTIONS_BY_NAME, resolve_settings
 from gfd.config.effect import (
     IDLE_RULES,
@@ -20,8 +20,9 @@ from gfd.config.effect import (
     IdleFlags,
     idle_flags,
 )
+from tests.host import NOT_IN_A_POD
+from tests.host import gfd_main as main
 
-NOT_IN_A_POD = str(Path(__file__).parent / "no-such-serviceaccount" / "namespace")
 #: A value each kind of setting accepts, to give any flag on a command line.
 SAMPLE = {
     "bool": None,
@@ -39,7 +40,7 @@ SAMPLE = {
 
 def judge(argv: list[str], env: dict[str, str] | None = None) -> IdleFlags:
     namespace, explicit = parse_command_line(argv)
-    settings = resolve_settings(explicit, env or {}, namespace_file=NOT_IN_A_POD)
+    settings = resolve_settings(explicit, env or {}, host=NOT_IN_A_POD)
     return idle_flags(namespace.command or "run", explicit, settings)
 
 

@@ -11,13 +11,12 @@ import pytest
 from gfd.cli import parse_command_line
 from gfd.config import ConfigError, Settings, resolve_settings
 from gfd.config.values import XidThreshold
-
-NOT_IN_A_POD = str(Path(__file__).parent / "no-such-serviceaccount" / "namespace")
+from tests.host import NOT_IN_A_POD
 
 
 def settings_for(argv: list[str], env: dict[str, str] | None = None) -> Settings:
     _, explicit = parse_command_line(argv)
-    return resolve_settings(explicit, env or {}, namespace_file=NOT_IN_A_POD)
+    return resolve_settings(explicit, env or {}, host=NOT_IN_A_POD)
 
 
 def test_no_storm_rule_by_default() -> None:

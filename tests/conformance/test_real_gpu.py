@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.facts import MemoryHealth, NodeFacts, PcieLink, RemappedRows, dump_facts
 from gfd.health import MEMORY, OK, HealthMonitor
 from gfd.nvml.reader import read_facts
 from gfd.sim import library_path, load_profile, simulate
 from gfd.sim.branch_library import dynamic_exports
 from tests.conformance.differences import explain, label_differences
+from tests.host import gfd_main
 from tests.reliability.agent_process import parse_label_lines
 from tests.sim import read_simulated
 

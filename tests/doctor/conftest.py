@@ -8,7 +8,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gfd.cli import main
+from gfd.config.host import HostPaths
+from tests.host import gfd_main as main
 from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by import
     cluster,
     emulator,
@@ -42,8 +43,11 @@ class Report:
         return [line["check"] for line in self.lines if line["state"] == "problem"]
 
 
-def doctor(args: Sequence[str], env: Mapping[str, str] | None = None) -> Report:
-    """``gfd doctor ARGS --format json`` with only ``env`` as its environment."""
+def doctor(
+    args: Sequence[str], env: Mapping[str, str] | None = None, *, host: HostPaths | None = None
+) -> Report:
+    """``gfd doctor ARGS --format json`` with only ``env`` as its environment, on the test's
+    host (or ``host``)."""
     out = io.StringIO()
-    code = main(["doctor", *args, "--format", "json"], env=dict(env or {}), stdout=out)
+    code = main(["doctor", *args, "--format", "json"], env=dict(env or {}), stdout=out, host=host)
     return Report(code, json.loads(out.getvalue()))

@@ -13,6 +13,7 @@ import pytest
 from gfd.doctor.agent_command import PROC_ROOT, agent_arguments
 from gfd.errors import ConfigError
 from tests.doctor.conftest import doctor
+from tests.host import test_host_seeing_own_processes
 
 
 def started(process: subprocess.Popen[bytes]) -> int:
@@ -73,7 +74,9 @@ def test_the_doctor_checks_the_running_agents_configuration(tmp_path: Path) -> N
         stderr=subprocess.DEVNULL,
     )
     try:
-        report = doctor(["--from-pid", str(started(agent)), "--simulate", "t4-single"])
+        # The agent is this test's own process, seen in the machine's /proc.
+        own = test_host_seeing_own_processes()
+        report = doctor(["--from-pid", str(started(agent)), "--simulate", "t4-single"], host=own)
         assert report.message("feature-file") == "not used (--no-output-file)"
         # A flag given to the doctor wins over the agent's.
         mine = doctor(
@@ -85,7 +88,8 @@ def test_the_doctor_checks_the_running_agents_configuration(tmp_path: Path) -> N
                 "-o",
                 str(tmp_path / "g"),
                 "--no-output-file=false",
-            ]
+            ],
+            host=own,
         )
         assert mine.message("feature-file") != "not used (--no-output-file)"
     finally:
@@ -96,11 +100,13 @@ def test_the_doctor_checks_the_running_agents_configuration(tmp_path: Path) -> N
 def test_from_a_process_that_is_not_gfd_is_a_usage_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from gfd.cli import main
+    from tests.host import gfd_main as main
+    from tests.host import test_host_seeing_own_processes
 
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        assert main(["doctor", "--from-pid", str(started(sleeper))], env={}) == 2
+        command = ["doctor", "--from-pid", str(started(sleeper))]
+        assert main(command, env={}, host=test_host_seeing_own_processes()) == 2
     finally:
         sleeper.terminate()
         sleeper.wait(timeout=30)

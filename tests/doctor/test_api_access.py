@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 
 from gfd.app.api_access import ApiAccess, required_access
-from gfd.cli import main, parse_command_line
+from gfd.cli import parse_command_line
 from gfd.config import resolve_settings
 from tests.emulator import ApiServerEmulator, Principal, RecordedRequest
+from tests.host import NOT_IN_A_POD
+from tests.host import gfd_main as main
 from tests.kube_fixtures import NAMESPACE, NODE, POD, TOKEN
 
 _PATH = re.compile(
@@ -65,7 +67,7 @@ def rules_for(accesses: Sequence[ApiAccess]) -> frozenset[tuple[str, ...]]:
 
 def settings_of(args: Sequence[str], env: Mapping[str, str]) -> Any:
     _, explicit = parse_command_line(args)
-    return resolve_settings(explicit, env, namespace_file="/nonexistent")
+    return resolve_settings(explicit, env, host=NOT_IN_A_POD)
 
 
 def run_with_exactly_the_listed_access(

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from gfd.cli import main
 from gfd.sim import load_profile
 from tests.doctor.conftest import doctor
 from tests.emulator import (
@@ -30,6 +29,7 @@ from tests.emulator import (
     Principal,
     ValidatingPolicy,
 )
+from tests.host import gfd_main as main
 from tests.kube_fixtures import NAMESPACE, NODE, TOKEN
 
 GPUS = str(len(load_profile("dgx-h100").facts.gpus))

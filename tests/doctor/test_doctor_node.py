@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main
 from gfd.doctor import DOCTOR_CHECKS
 from gfd.doctor.checks.feature_file import HOST_FEATURES_DIR
 from gfd.facts import dump_facts
 from gfd.nvml.driver_root import standard_dirs, this_architecture
 from gfd.sim import load_profile
 from tests.doctor.conftest import doctor
+from tests.host import gfd_main as main
 from tests.oracles import oracle_path
 
 CHECKS = [check.name for check in DOCTOR_CHECKS]

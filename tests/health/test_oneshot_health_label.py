@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from gfd.app.health_setup import kernel_log_path
-from gfd.cli import main as gfd_main
 from gfd.config import Settings
 from gfd.facts import dump_facts
 from gfd.sim import BUNDLED_PROFILES, load_profile
+from tests.host import gfd_main
 from tests.sim import FAULTY_PROFILES
 
 

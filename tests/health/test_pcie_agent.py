@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.facts import dump_facts
 from gfd.health.taint import TAINT_KEY
 from gfd.kube_api import KubeClient
 from gfd.sim import load_profile
 from gfd.sim.faults import Faults, PcieLinkDown, PcieReplays, faults_to_dict
 from tests.emulator import ApiServerEmulator
+from tests.host import gfd_main
 
 from .test_xid_memory_agent import DUE_AFTER, address, gfd_on, make_due, profile
 

@@ -10,15 +10,15 @@ import pytest
 
 from gfd.cli import parse_command_line
 from gfd.config import ConfigError, Settings, resolve_settings
+from tests.host import NOT_IN_A_POD
 
 NODE = ["--patch-node", "--node-name", "gpu-node-1"]
 #: Where no ServiceAccount namespace file is: the tests must not depend on running in a pod.
-NOT_IN_A_POD = str(Path(__file__).parent / "no-such-serviceaccount" / "namespace")
 
 
 def settings_for(argv: list[str], env: dict[str, str] | None = None) -> Settings:
     _, explicit = parse_command_line(argv)
-    return resolve_settings(explicit, env or {}, namespace_file=NOT_IN_A_POD)
+    return resolve_settings(explicit, env or {}, host=NOT_IN_A_POD)
 
 
 def config_file(tmp_path: Path, gfd_flags: str) -> str:

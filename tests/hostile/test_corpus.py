@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from tests.emulator import ApiServerEmulator, Fault
+from tests.host import gfd_main
 from tests.hostile.cases import (
     ALL,
     BASES,

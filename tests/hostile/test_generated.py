@@ -19,7 +19,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfd.cli import main as gfd_main
+from tests.host import gfd_main
 from tests.reliability.agent_process import file_state, write_previous_file
 
 # Each example runs gfd whole in this process (tens of milliseconds); every run draws new

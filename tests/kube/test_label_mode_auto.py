@@ -30,6 +30,7 @@ from gfd.app.run import AgentAssembly
 from gfd.app.sinks import SinkFactory
 from gfd.cli import parse_command_line
 from gfd.config import resolve_settings
+from gfd.config.host import HostPaths
 from gfd.facts import NodeFacts
 from gfd.health.dra_node import DRA_DRIVER
 from gfd.logs import get_logger
@@ -98,7 +99,9 @@ def gfd_auto(emulator: ApiServerEmulator, kubeconfig: Path, tmp_path: Path) -> I
         "auto",
     ]
     _, explicit = parse_command_line(argv)
-    settings = resolve_settings(explicit, {}, namespace_file=str(tmp_path / "no-namespace"))
+    settings = resolve_settings(
+        explicit, {}, host=HostPaths(service_account_dir=str(tmp_path / "no-namespace"))
+    )
     control = LoopControl()
     factory = SinkFactory(control.stop)
     health = HealthSetup(control.stop)
@@ -259,7 +262,9 @@ def test_without_the_node_sink_auto_labels_as_device_plugin(tmp_path: Path) -> N
     features = tmp_path / "gfd"
     argv = ["--simulate", "t4-single", "--label-mode", "auto", "--output-file", str(features)]
     _, explicit = parse_command_line([*argv, "--no-timestamp"])
-    settings = resolve_settings(explicit, {}, namespace_file=str(tmp_path / "no-namespace"))
+    settings = resolve_settings(
+        explicit, {}, host=HostPaths(service_account_dir=str(tmp_path / "no-namespace"))
+    )
     control = LoopControl()
     factory = SinkFactory(control.stop)
     health = HealthSetup(control.stop)

@@ -24,6 +24,7 @@ import pytest
 from gfd.agent import compute_labels
 from gfd.cli import parse_command_line
 from gfd.config import ConfigError, resolve_settings
+from gfd.config.host import HostPaths
 from gfd.facts import NodeFacts
 from gfd.labels import LABELERS, CycleInputs, LabelOptions, compose
 from gfd.sim import BUNDLED_PROFILES, load_profile
@@ -53,7 +54,9 @@ def labels_of(profile: str, argv: list[str], tmp_path: Path) -> Labels | None:
 
     _, explicit = parse_command_line(argv)
     try:
-        settings = resolve_settings(explicit, {}, namespace_file=str(tmp_path / "none"))
+        settings = resolve_settings(
+            explicit, {}, host=HostPaths(service_account_dir=str(tmp_path / "none"))
+        )
         label_set, _ = compute_labels(
             load_profile(profile).facts, label_options(settings, with_timestamp=False)
         )

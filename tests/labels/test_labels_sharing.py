@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main
 from gfd.config import SharedResource, Sharing
 from gfd.errors import ConfigError
 from gfd.facts import Gpu
 from gfd.labels import LabelOptions, build_labels
 from tests.factories import NODE_LABELS, make_facts, make_gpu
+from tests.host import gfd_main as main
 from tests.mig_factories import a100, a100_split
 
 P = "nvidia.com/"

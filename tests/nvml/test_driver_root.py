@@ -28,6 +28,7 @@ from gfd.nvml.driver_root import (
     this_architecture,
 )
 from gfd.sim import CONFIG_ENV, library_path, prepare_machine
+from tests.host import NOT_IN_A_POD
 from tests.reliability.agent_process import environment as agent_environment
 from tests.reliability.agent_process import expected_labels, gfd_command, parse_label_lines
 
@@ -189,9 +190,9 @@ def test_a_root_asked_for_must_be_there(tmp_path: Path) -> None:
 
 def test_the_reference_names_set_it() -> None:
     for variable in ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"):
-        settings = resolve_settings({}, {variable: "/run/nvidia/driver"}, namespace_file="/none")
+        settings = resolve_settings({}, {variable: "/run/nvidia/driver"}, host=NOT_IN_A_POD)
         assert settings.driver_root_ctr_path == "/run/nvidia/driver"
-    assert resolve_settings({}, {}, namespace_file="/none").driver_root_ctr_path is None
+    assert resolve_settings({}, {}, host=NOT_IN_A_POD).driver_root_ctr_path is None
 
 
 def test_gfd_loads_nvml_from_a_driver_root(tmp_path: Path) -> None:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.facts import Gpu, NodeFacts, dump_facts
 from gfd.nvml.branches import driver_branch, exported_in
 from gfd.nvml.reader import read_facts, read_facts_without_nvml
 from gfd.sim import BUNDLED_PROFILES, load_profile, simulate
 from tests.facts_readback import load_facts
+from tests.host import gfd_main
 from tests.oracles import oracle_path
 
 EXPECTED_PROFILES = {

@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.sinks.featurefile import EXPIRY_DIRECTIVE
 from tests.controlplane import ControlPlane
+from tests.host import gfd_main
 from tests.realkube.nfd_pipeline import NfdPipeline, running_pipeline
 from tests.reliability.agent_process import expected_labels
 

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 import pytest
 
 from gfd.agent import compute_labels
-from gfd.cli import main as gfd_main
 from gfd.config import SharedResource, Sharing
 from gfd.errors import SinkPermanentError
 from gfd.facts import Gpu, VgpuInfo
@@ -32,6 +31,7 @@ from gfd.sinks.nodefeature import NodeFeatureSink, nodefeature_name
 from tests.controlplane import ControlPlane
 from tests.deploy.manifests import NAMESPACE
 from tests.factories import make_facts
+from tests.host import gfd_main
 from tests.mig_factories import A100_SHAPES, H200, H200_SHAPES, a100, fabric, h200, mig
 from tests.realkube.cluster import GfdCluster
 from tests.realkube.nfd_pipeline import NFD_FEATURE_LABELS, NfdPipeline

@@ -27,8 +27,8 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gfd.cli import main as gfd_main
 from gfd.sim import profile_path
+from tests.host import gfd_main
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Upper bound on any single wait for an agent; generous for a loaded 2-core runner.
@@ -155,6 +155,12 @@ class AgentProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Stopped as the kubelet stops a pod, so that the agent removes what it made (a
+        # simulated machine's files in the temp folder); killed only if it will not stop.
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=STOP_SECONDS)
         self.kill()
 
     # ------------------------------------------------------------------ waiting

@@ -25,10 +25,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfd.cli import main as gfd_main
 from gfd.config import OPTIONS
 from gfd.sim import profile_path
 from gfd.sim.faults import EXPORTED_CALLS, NVML_ERROR_CODES
+from tests.host import gfd_main
 from tests.reliability.agent_process import assert_clean_error, run_gfd
 
 #: Examples per property: enough to reach deep into the schemas, small enough for 2 cores.

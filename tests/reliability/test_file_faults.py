@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.errors import SinkError, SinkPermanentError
 from gfd.sinks import Publication
 from gfd.sinks.featurefile import FeatureFileSink, render_feature_file
+from tests.host import gfd_main
 from tests.reliability.agent_process import (
     AgentProcess,
     assert_clean_error,

@@ -15,8 +15,8 @@ import json
 
 import pytest
 
-from gfd.cli import main as gfd_main
 from gfd.sim import BUNDLED_PROFILES
+from tests.host import gfd_main
 from tests.sim import FAULTY_PROFILES
 
 PROFILES = sorted(BUNDLED_PROFILES)
