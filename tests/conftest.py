@@ -8,6 +8,9 @@ oracle suites that were skipped and why.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import settings
 
@@ -22,7 +25,7 @@ settings.register_profile("gfd", deadline=None)
 settings.load_profile("gfd")
 
 #: How many workers make test runs, which tests run together, which first (pytest-xdist).
-pytest_plugins = ["tests.parallel"]
+pytest_plugins = ["tests.parallel", "tests.host_guard"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,3 +59,18 @@ def _the_running_test(request: pytest.FixtureRequest) -> None:
     """gfd run in-process by a test sees the test's own host (``tests/host.py``)."""
     running_test(request)
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _files_of_the_process_go_with_the_run() -> Iterator[None]:
+    """Files that live as long as the process that made them, removed at its exit: the
+    simulator's per-branch library copies, and the Kubernetes client's copies of a
+    kubeconfig's inline certificates (its atexit handler). A test process ends after the
+    host guard looks at its temp folder (tests/host_guard.py), so they go when the run's
+    last test does, as they would when gfd's process ends."""
+    yield
+    simulator = sys.modules.get("gfd.sim")
+    if simulator is not None:
+        simulator.remove_simulated_files()
+    kube_config = sys.modules.get("kubernetes.config.kube_config")
+    if kube_config is not None:
+        kube_config._cleanup_temp_files()

@@ -408,6 +408,9 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--authorization-mode=RBAC",
             "--anonymous-auth=false",
+            # As kubeadm and the common distributions start it: without it every privileged
+            # container is refused (the chart's kernel-log variant runs one).
+            "--allow-privileged=true",
             f"--audit-log-path={self.audit_path}",
             f"--audit-policy-file={self.workdir / 'audit-policy.yaml'}",
             "--audit-log-mode=blocking",

@@ -196,7 +196,7 @@ def _fabric_health_mask(fabric: Mapping[str, Any]) -> int:
 def _device_config(config: Mapping[str, Any], index: int) -> dict[str, Any]:
     """``engine/config.go`` ``GetDeviceConfig``: the defaults with the device's override merged.
 
-    ``mergeDeviceOverride`` merges only some fields; of those gfd reads, name, brand,
+    ``mergeDeviceOverride`` merges only some fields; of those gfd reads, name, serial, brand,
     architecture, ``pci`` (bus id, device id, field by field), ``memory`` and ``fabric`` (whole
     blocks). ``compute_capability`` and ``mig`` of an override are ignored: the defaults hold.
     """
@@ -204,7 +204,7 @@ def _device_config(config: Mapping[str, Any], index: int) -> dict[str, Any]:
     override = next((d for d in config.get("devices") or [] if d.get("index") == index), None)
     if override is None:
         return merged
-    for key in ("name", "brand", "architecture"):
+    for key in ("name", "serial", "brand", "architecture"):
         if override.get(key):
             merged[key] = override[key]
     if override.get("pci") is not None:

@@ -169,6 +169,12 @@ def _engine_or_reason() -> tuple[ModuleType | None, str]:
     return helm_python, ""
 
 
+def helm_engine_loaded() -> bool:
+    """Load Helm's native library now, if it is installed (see tests/realkube/conftest.py)."""
+    sdk, _ = _engine_or_reason()
+    return sdk is not None
+
+
 def _missing(reason: str) -> NoReturn:
     message = f"Helm v4 engine (PyPI helm-python-sdk) missing: {reason}"
     if oracles_required():

@@ -28,6 +28,21 @@ _served: dict[str, str] = {}
 NFD_CRDS_ENV = "NFD_CRDS"
 
 
+def _load_helms_engine_before_any_process_title() -> None:
+    """Helm's engine (a Go library) takes its server-side field manager from the process's
+    argv as it was when the library loaded. pytest-xdist writes each test's name over a
+    worker's argv (its process title) from the first test on, and the API server refuses
+    that name as a field manager (NUL padding and all). So where the real server runs,
+    the library is loaded while this conftest is collected, before any title is written."""
+    if os.environ.get("KUBEBUILDER_ASSETS"):
+        from tests.helm.chart import helm_engine_loaded
+
+        helm_engine_loaded()
+
+
+_load_helms_engine_before_any_process_title()
+
+
 def nfd_crds() -> Path:
     """NFD's CRDs (NodeFeature), from the nfd oracle's environment."""
     oracle_path("nfd")

@@ -350,8 +350,9 @@ def test_gfd_with_the_charts_service_account_labels_its_node_and_nothing_else(
     assert all(
         key.startswith("nvidia.com/") for key in set(after["labels"]) - set(before["labels"])
     )
+    # Its own-keys list, the topology, and each GPU's identity (gfd/sinks/node_identity.py).
     assert set(after["annotations"]) - set(before["annotations"]) <= {
-        "nvidia.com/gfd.labels", "nvidia.com/gpu.topology"
+        "nvidia.com/gfd.labels", "nvidia.com/gpu.topology", "nvidia.com/gpu.devices"
     }  # fmt: skip
     assert after["annotations"]["example.com/owner"] == "tests"
     other_after = admin.get(f"/api/v1/nodes/{other}")["metadata"]
