@@ -11,7 +11,7 @@ RUNTIME_STAMP := $(VENV)/.gfd-runtime
 STAMP  := $(VENV)/.gfd-installed
 C_SOURCES := $(wildcard gfd/*/*.c gfd/*/*.h)
 
-.PHONY: demo test lint bench chart image lock profiles clean
+.PHONY: demo test test-stress lint bench chart image lock profiles clean
 
 # Running gfd: the image's dependencies (requirements/image.lock: gfd with its kubernetes
 # and metrics extras) and what building gfd's C parts needs (requirements/build.lock), all
@@ -50,6 +50,12 @@ demo: $(RUNTIME_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --durations=15
+
+# The suite where timing luck would show: five runs with every CPU kept busy, one serial
+# run, and 200 stops of a periodic agent (scripts/test-stress.sh, docs/testing.md); about
+# 40 minutes on 2 CPUs.
+test-stress: $(STAMP)
+	scripts/test-stress.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check gfd tests bench

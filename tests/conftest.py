@@ -28,6 +28,23 @@ settings.load_profile("gfd")
 pytest_plugins = ["tests.parallel", "tests.host_guard"]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stress",
+        action="store_true",
+        help="also run the tests marked stress (minutes each; make test-stress)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--stress"):
+        return
+    kept = [item for item in items if item.get_closest_marker("stress") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Each suite's closing line is counted where every report arrives.
     config.pluginmanager.register(closing_lines, "gfd-closing-lines")
@@ -54,10 +71,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         oracle_path(name)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _the_session_host(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A session's or module's fixture set up before any test ran gets a host too."""
+    running_test("session", tmp_path_factory)
+
+
 @pytest.fixture(autouse=True)
-def _the_running_test(request: pytest.FixtureRequest) -> None:
+def _the_running_test(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """gfd run in-process by a test sees the test's own host (``tests/host.py``)."""
-    running_test(request)
+    running_test(request.node.nodeid, tmp_path_factory)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,9 +2,10 @@
 
 gfd's entry point takes :class:`gfd.config.host.HostPaths` (where the feature file, sysfs,
 the kernel log, ``/proc``, the driver root and the ServiceAccount's folder are by default).
-Tests run gfd in-process through :func:`gfd_main`, which gives it a host under the running
-test's own ``tmp_path`` (``host/etc/kubernetes/...``, ``host/sys``, ...), made on first use,
-so a run with every default writes nothing outside the test's folder. The conftest's
+Tests run gfd in-process through :func:`gfd_main`, which gives it a host of the running
+test's own (``host-N/etc/kubernetes/...``, ``host-N/sys``, ..., in pytest's temporary
+folder), made on first use, so a run with every default writes nothing outside the
+test's folders; a fixture's setup or teardown gets the host of the test it serves. The conftest's
 autouse fixture says which test is running (:func:`running_test`); a test that wants the
 paths themselves asks :func:`test_host`.
 """
@@ -21,20 +22,24 @@ import pytest
 from gfd.cli import main
 from gfd.config.host import HostPaths
 
-_running: list[pytest.FixtureRequest] = []
+_running: list[tuple[str, pytest.TempPathFactory]] = []
+_hosts: dict[str, HostPaths] = {}
 
 
-def running_test(request: pytest.FixtureRequest) -> None:
+def running_test(nodeid: str, folders: pytest.TempPathFactory) -> None:
     """Called by the conftest's autouse fixture at the start of every test."""
-    _running[:] = [request]
+    _running[:] = [(nodeid, folders)]
+    _hosts.clear()
 
 
 def test_host() -> HostPaths:
-    """The running test's host: every default path under its ``tmp_path``/host."""
+    """The running test's host: every default path under a folder of its own."""
     if not _running:
         raise RuntimeError("tests.host.test_host() called outside a test")
-    tmp_path: Path = _running[0].getfixturevalue("tmp_path")
-    return HostPaths.under(tmp_path / "host")
+    nodeid, folders = _running[0]
+    if nodeid not in _hosts:
+        _hosts[nodeid] = HostPaths.under(folders.mktemp("host"))
+    return _hosts[nodeid]
 
 
 def test_host_seeing_own_processes() -> HostPaths:

@@ -141,8 +141,23 @@ def test_config_file_watch_sees_content_changes_only(tmp_path: Path) -> None:
     path.write_text(TIME_SLICING_2)
     assert watch.changed()
     assert not watch.changed()  # once per change
+    # config-manager's swap, seen half-way: the file is gone, then the new one is there.
+    # The absence is no change (a reload would fail); the new file is one.
     path.unlink()
+    assert not watch.changed()
+    (tmp_path / "ts4.yaml").write_text(TIME_SLICING_2.replace("replicas: 2", "replicas: 4"))
+    path.symlink_to(tmp_path / "ts4.yaml")
     assert watch.changed()
+    assert not watch.changed()
+    # Back to the bytes seen before the swap: a change too.
+    path.unlink()
+    path.write_text(TIME_SLICING_2)
+    assert watch.changed()
+    # A file that appears after the start (the init container's late write) is a change.
+    late = ConfigFileWatch(str(tmp_path / "late.yaml"))
+    assert not late.changed()
+    (tmp_path / "late.yaml").write_text("version: v1\n")
+    assert late.changed()
     assert not ConfigFileWatch(None).changed()
 
 

@@ -119,7 +119,14 @@ class StopWatchdog:
         same second as the loop itself; a process that ends sooner ends the thread too.
         """
         signal.set_wakeup_fd(self._previous)
-        if self._stopping.is_set() and self._thread.is_alive():
+        if self._control.stop.is_set() and self._thread.is_alive():
+            # A stop signal came. The main thread's handler may have run before this
+            # thread read the signal's byte: then the countdown has not begun, and must
+            # not be stood down (a process held after the loop, in the interpreter's
+            # exit say, would wait for no one). A byte of our own makes sure it begins.
+            if not self._stopping.is_set():
+                with contextlib.suppress(OSError):
+                    os.write(self._write, bytes([signal.SIGTERM]))
             return
         self._done.set()
         os.close(self._write)

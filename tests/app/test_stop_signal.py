@@ -148,6 +148,21 @@ def test_the_watchdog_stands_down_when_the_run_ends_in_time() -> None:
     assert exits == []
 
 
+def test_a_stop_the_main_thread_saw_first_is_still_counted_down_after_close() -> None:
+    """The signal handler ran, the loop ended and the run closed the watchdog before its
+    thread read the signal's byte: what follows the close (the interpreter's exit) is
+    still held to the grace, not left to hang."""
+    control = LoopControl()
+    exits: list[int] = []
+    watchdog = StopWatchdog(control, grace=0.2, exit_now=exits.append)
+    control.stop_from_signal()  # the main thread's handler; this thread saw no byte yet
+    watchdog.close()
+    deadline = time.monotonic() + 30
+    while not exits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert exits == [0]
+
+
 # --------------------------------------------------------------------------- #
 # The gfd process
 

@@ -367,11 +367,14 @@ def test_gfd_with_the_charts_service_account_labels_its_node_and_nothing_else(
     ]  # fmt: skip
     assert requests, "gfd sent no request as the chart's ServiceAccount"
     # The labels; and, with health reporting (health.condition, on by default), its
-    # node's status and events in default.
+    # node's status and events in default, and the DRA driver's ResourceSlices, which the
+    # device-plugin check lists on a node without the plugin's resources to tell a DRA node
+    # (gfd/app/api_access.py; the chart's ClusterRole grants it).
     allowed = {
         ("get", "nodes", None, None, chart_pod.node),
         ("patch", "nodes", None, None, chart_pod.node),
         ("patch", "nodes", "status", None, chart_pod.node),
+        ("list", "resourceslices", None, None, None),
     }
     assert {r for r in requests if r[1] != "events"} <= allowed
     assert all(r[:4] == ("create", "events", None, "default")
