@@ -41,7 +41,9 @@ fi
         apt-get install -y -qq --no-install-recommends python3 python3-venv python3-dev \
             gcc libc6-dev make ca-certificates >/dev/null
         step "Python $(python3 -c "import platform; print(platform.python_version())"), gcc and make installed" "$started"
-        test ! -e .venv && test ! -e /etc/kubernetes && test -z "$(ls -A "$HOME")"
+        for state in .venv /etc/kubernetes "$HOME/.cache" "$HOME/.kube" "$HOME/.config"; do
+            if [[ -e $state ]]; then echo "fresh-machine: $state exists: not fresh" >&2; exit 1; fi
+        done
         started=$(date +%s)
         make demo
         step "make demo" "$started"
