@@ -16,6 +16,7 @@ from gfd.app.sinks import SinkSet
 from gfd.config import ConfigError, Settings
 from gfd.health import PCIE, PcieRules
 from gfd.health.checks.pcie import PcieCheck
+from gfd.logs import get_logger
 
 from .test_taint_settings import config_file, settings_for
 
@@ -62,7 +63,7 @@ def rules_of(settings: Settings, tmp_path: Path) -> PcieRules:
     """The rules the run's health set-up gives the pcie check."""
     setup = HealthSetup(threading.Event())
     read = NodeReader(sysfs_root=tmp_path, machine_type_file=tmp_path / "product_name")
-    reporter = setup.reporter(settings, SinkSet([]), read, log=None, telemetry=None)
+    reporter = setup.reporter(settings, SinkSet([]), read, log=get_logger(), telemetry=None)
     assert reporter is not None
     setup.close()
     return reporter.monitor.setup.pcie

@@ -10,15 +10,17 @@ import pytest
 
 from gfd.cli import parse_command_line
 from gfd.config import ConfigError, Settings, resolve_settings
-from tests.host import NOT_IN_A_POD
+from tests.host import test_host
 
 NODE = ["--patch-node", "--node-name", "gpu-node-1"]
 #: Where no ServiceAccount namespace file is: the tests must not depend on running in a pod.
 
 
 def settings_for(argv: list[str], env: dict[str, str] | None = None) -> Settings:
+    """Settings on the running test's host: a run built from them (the pcie tests' health
+    set-up) reads the test's kernel log, not the machine's /dev/kmsg."""
     _, explicit = parse_command_line(argv)
-    return resolve_settings(explicit, env or {}, host=NOT_IN_A_POD)
+    return resolve_settings(explicit, env or {}, host=test_host())
 
 
 def config_file(tmp_path: Path, gfd_flags: str) -> str:
