@@ -1,7 +1,14 @@
 """Stop and reload requests: what the signal handlers set and the loop watches.
 
 :class:`LoopControl` is the one place a SIGTERM/SIGINT (stop) or a SIGHUP or a changed
-config file (reload) is recorded; the loop's sleep wakes on either at once. Work that
+config file (reload) is recorded; the loop's sleep wakes on either at once.
+
+A signal handler runs in the main thread between two of its bytecodes, wherever that is:
+inside ``Event.wait``, say, holding the event's own lock. So what a handler calls takes no
+lock (:meth:`LoopControl.stop_from_signal` sets a flag): a handler that set an event there
+waited for its own thread forever, and so did the stop watchdog behind it (a periodic
+agent that ignored SIGTERM, seen under load). The events are set by the stop watchdog's
+thread, which the same signal wakes (``gfd.app.signals``). Work that
 may be abandoned (reading the facts, computing the labels) runs inside
 :meth:`LoopControl.interruptible`, where a stop raises :class:`StopRequested` instead of
 waiting for the work to end.
@@ -32,6 +39,13 @@ class LoopControl:
         #: Why the last reload was requested: "signal" (SIGHUP) or "config file changed".
         self.reload_reason = ""
         self._interruptible = False
+        #: Set by a stop signal's handler, which may take no lock (see the module).
+        self.stop_signalled = False
+
+    @property
+    def stop_requested(self) -> bool:
+        """A stop was asked for: by a signal's handler, or through :meth:`request_stop`."""
+        return self.stop_signalled or self.stop.is_set()
 
     def request_stop(self) -> None:
         self.stop.set()
@@ -47,7 +61,7 @@ class LoopControl:
         slowly, would otherwise outlast the second a stop may take. Work already asked to
         stop does not start.
         """
-        if self.stop.is_set():
+        if self.stop_requested:
             raise StopRequested
         self._interruptible = True
         try:
@@ -56,9 +70,10 @@ class LoopControl:
             self._interruptible = False
 
     def stop_from_signal(self) -> None:
-        """What a SIGTERM/SIGINT handler does (in the main thread): request a stop, and end
-        interruptible work in progress. Raises :class:`StopRequested` at most once."""
-        self.request_stop()
+        """What a SIGTERM/SIGINT handler does (in the main thread): note the stop, and end
+        interruptible work in progress. Raises :class:`StopRequested` at most once. It takes
+        no lock (see the module): the stop watchdog's thread sets the events."""
+        self.stop_signalled = True
         if self._interruptible:
             self._interruptible = False
             raise StopRequested

@@ -202,8 +202,9 @@ def _assemble_and_run(
     health = HealthSetup(control.stop)
     endpoint = MetricsEndpoint(log)
     endpoint.apply(settings)()
-    previous = install_signal_handlers(control)
+    # The watchdog first: the handlers rely on its thread to wake the loop.
     watchdog = StopWatchdog(control, exit_now=forced_exit(settings))
+    previous = install_signal_handlers(control)
     #: Host readers made for the settings of each (re)load; each may hold an NVML session.
     opened: list[NodeReader] = []
     try:
@@ -222,7 +223,7 @@ def _assemble_and_run(
             agent = assembly.agent_for(settings, built)
             # Assembled: what start-up allocated lives as long as the agent.
             resume_collector(collect_first=not settings.oneshot)
-            if settings.oneshot and not control.stop.is_set():
+            if settings.oneshot and not control.stop_requested:
                 return _run_once(agent, log)
             return _run_periodically(explicit, env, settings, agent, assembly)
     finally:
@@ -260,7 +261,7 @@ def _run_periodically(
     control, log = assembly.control, assembly.log
     pacer = Pacer(settings.sleep_interval)
     config_watch = ConfigFileWatch(settings.config_file)
-    while not control.stop.is_set():
+    while not control.stop_requested:
         try:
             outcome = agent.cycle()
         except StopRequested:
@@ -276,7 +277,7 @@ def _run_periodically(
         # Without a config file there is nothing to watch, and no wake-up a second.
         watching = config_watch.changed if settings.config_file else None
         control.sleep(pacer.next_delay(outcome.ok), changed=watching)
-        if control.reload_requested and not control.stop.is_set():
+        if control.reload_requested and not control.stop_requested:
             control.reload_requested = False
             # Taken before the file is read, so that a write during the reload
             # is seen at the next poll.

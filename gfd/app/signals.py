@@ -18,7 +18,13 @@ if TYPE_CHECKING:
 
 
 def install_signal_handlers(control: LoopControl) -> dict[int, Any]:
-    """Route the stop and reload signals to ``control``; returns the handlers they replaced."""
+    """Route the stop and reload signals to ``control``; returns the handlers they replaced.
+
+    The handlers take no lock (``gfd.agent.control`` says why): a stop's only notes it and
+    ends interruptible work, a reload's does nothing. What either asks of the loop (its
+    events set, its sleep woken) is done by :class:`StopWatchdog`'s thread, which each
+    signal wakes: make the watchdog first.
+    """
     previous: dict[int, Any] = {}
 
     def stop(_signum: int, _frame: Any) -> None:
@@ -26,7 +32,8 @@ def install_signal_handlers(control: LoopControl) -> dict[int, Any]:
         control.stop_from_signal()
 
     def reload(_signum: int, _frame: Any) -> None:
-        control.request_reload()
+        """Handled, so that SIGHUP does not end the process; the watchdog's thread asks
+        for the reload."""
 
     for signum, handler in ((signal.SIGTERM, stop), (signal.SIGINT, stop), (signal.SIGHUP, reload)):
         previous[signum] = signal.signal(signum, handler)
@@ -45,14 +52,16 @@ STOP_GRACE_SECONDS = 0.75
 
 
 class StopWatchdog:
-    """Ends the process when the main thread has not obeyed a stop signal in time.
+    """Carries the run's signals to the loop, and ends the process when the main thread
+    has not obeyed a stop signal in time.
 
     Python runs signal handlers in the main thread, between two bytecodes: a main thread
     inside one long call into C (NVML on a hung or slowly initialising driver, a blocking
     system call) would see SIGTERM only when the call returns, which may be never. The
     interpreter's own C-level handler also writes each signal's number to a pipe
     (``signal.set_wakeup_fd``) at once, whatever the main thread does; this thread reads
-    it, sets the stop event, and if the run has not ended ``grace`` seconds later writes
+    it, sets the stop event (or, for SIGHUP, asks for a reload: the handlers themselves take
+    no lock), and if the run has not ended ``grace`` seconds later writes
     one log line and exits with status 0 (a requested stop, as the loop's own) without
     further cleanup. That is safe for what gfd publishes: the feature file is only ever
     replaced by a rename, and API writes are single requests.
@@ -88,9 +97,14 @@ class StopWatchdog:
             if not received:
                 return  # closed: the run is over
             if stops.isdisjoint(received):
-                continue  # SIGHUP: a reload, handled by the loop
-            self._control.request_stop()
+                if int(signal.SIGHUP) in received:
+                    self._control.request_reload()
+                continue
             self._stopping.set()
+            # On a thread of its own: the countdown must not wait for an event's lock.
+            threading.Thread(
+                target=self._control.request_stop, name="gfd-stop-request", daemon=True
+            ).start()
             if self._done.wait(self._grace):
                 return
             self._say_stopping_now()
@@ -119,7 +133,7 @@ class StopWatchdog:
         same second as the loop itself; a process that ends sooner ends the thread too.
         """
         signal.set_wakeup_fd(self._previous)
-        if self._control.stop.is_set() and self._thread.is_alive():
+        if self._control.stop_requested and self._thread.is_alive():
             # A stop signal came. The main thread's handler may have run before this
             # thread read the signal's byte: then the countdown has not begun, and must
             # not be stood down (a process held after the loop, in the interpreter's

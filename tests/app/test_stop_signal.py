@@ -45,7 +45,7 @@ def test_a_stop_signal_ends_interruptible_work_once() -> None:
     with pytest.raises(StopRequested), control.interruptible():
         control.stop_from_signal()
         pytest.fail("the work went on after the stop signal")
-    assert control.stop.is_set()
+    assert control.stop_requested
     # Outside interruptible work a stop signal only asks; work asked to stop never starts.
     control.stop_from_signal()
     with pytest.raises(StopRequested), control.interruptible():
@@ -138,6 +138,46 @@ def test_the_watchdog_ends_a_main_thread_held_in_a_call_into_c(tmp_path: Path) -
     # It exited (here: recorded) with status 0 while the call was still running.
     assert exits == [(0, True)]
     assert control.stop.is_set()
+
+
+def test_the_stop_handler_takes_no_lock() -> None:
+    """A handler runs between two bytecodes of the main thread, which may be inside
+    Event.wait holding the event's lock: a handler that set the event there waited for its
+    own thread forever, and the watchdog behind it (an agent that ignored SIGTERM)."""
+    control = LoopControl()
+    done = threading.Event()
+
+    def handler() -> None:
+        control.stop_from_signal()
+        done.set()
+
+    with control.wake._cond, control.stop._cond:  # held, as inside Event.wait
+        threading.Thread(target=handler, daemon=True).start()
+        assert done.wait(30), "the stop handler waited for a lock"
+    assert control.stop_requested
+    with pytest.raises(StopRequested), control.interruptible():
+        pytest.fail("interruptible work started after a stop signal")
+
+
+def test_the_watchdog_carries_a_stop_and_a_reload_to_the_loop() -> None:
+    """The handlers set no event: the watchdog's thread, woken by the same signal, does."""
+    control = LoopControl()
+    watchdog = StopWatchdog(control, grace=30, exit_now=lambda _status: None)
+    previous = signal.signal(signal.SIGHUP, lambda *_: None)
+    try:
+        signal.raise_signal(signal.SIGHUP)
+        assert control.wake.wait(30) and control.reload_requested
+        control.wake.clear()
+        handlers = signal.signal(signal.SIGTERM, lambda *_: control.stop_from_signal())
+        try:
+            signal.raise_signal(signal.SIGTERM)
+        finally:
+            signal.signal(signal.SIGTERM, handlers)
+        assert control.stop.wait(30) and control.wake.is_set()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+        # A stop came: its countdown ends in the no-op exit above, 30 s on.
+        watchdog.close()
 
 
 def test_the_watchdog_stands_down_when_the_run_ends_in_time() -> None:

@@ -84,6 +84,9 @@ def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         if not key.startswith(("GFD_", "KUBECONFIG", "NODE_NAME"))
     }
     env["PYTHONPATH"] = str(ROOT)
+    # Where an agent that will not stop is held: SIGABRT then dumps every thread's stack
+    # to its stderr (AgentProcess.stop), which the failure shows.
+    env["PYTHONFAULTHANDLER"] = "1"
     env.update(extra or {})
     return env
 
@@ -244,8 +247,13 @@ class AgentProcess:
         try:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
+            self.process.send_signal(signal.SIGABRT)  # the stacks, through faulthandler
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
             self.kill()
-            raise AssertionError(f"agent ignored SIGTERM for {timeout}s:\n{self.tail()}") from exc
+            raise AssertionError(
+                f"agent ignored SIGTERM for {timeout}s; its log and stacks:\n{self.tail(80)}"
+            ) from exc
         self._reader.join(timeout=2)
         return code
 
