@@ -75,8 +75,9 @@ def test_c_parts_pass_their_tests_in_the_image(
         "-v", f"{report}:/report",
         "-w", SUITE_ROOT,
         "-e", f"PYTHONPATH={TEST_DEPS}:{SUITE_ROOT}",
-        # The read-only root has no room for hypothesis' example database.
-        "-e", "HYPOTHESIS_STORAGE_DIRECTORY=/tmp/hypothesis",
+        # The read-only root has no room for hypothesis' example database; /tmp is the
+        # run's system temp folder, which its host guard holds empty (tests/host_guard.py).
+        "-e", "HYPOTHESIS_STORAGE_DIRECTORY=/report/hypothesis",
         "--entrypoint", "/opt/gfd/bin/python",
         image.tag,
         "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", LEFT_OUT, "-m", NEEDS_CHECKOUT,
