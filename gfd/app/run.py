@@ -201,13 +201,16 @@ def _assemble_and_run(
     )
     health = HealthSetup(control.stop)
     endpoint = MetricsEndpoint(log)
-    endpoint.apply(settings)()
-    # The watchdog first: the handlers rely on its thread to wake the loop.
+    # The signals are the run's before anything says it is up (the metrics endpoint's
+    # /healthz): a SIGHUP sent once that answered, while the run was still assembling,
+    # met the default action and ended the process (seen under make test-stress). The
+    # watchdog first: the handlers rely on its thread to wake the loop.
     watchdog = StopWatchdog(control, exit_now=forced_exit(settings))
     previous = install_signal_handlers(control)
     #: Host readers made for the settings of each (re)load; each may hold an NVML session.
     opened: list[NodeReader] = []
     try:
+        endpoint.apply(settings)()
         with facts_source(settings) as simulated:
             # The simulator is fixed for the process (--simulate is a flag); a host
             # reader follows the machine-type file and sysfs root of each reload.
