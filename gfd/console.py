@@ -21,11 +21,18 @@ def main() -> int:
     # does: a stop while gfd imports and parses ends it with status 0 and its finally
     # blocks run, where the default action killed it (status -15). The run installs its
     # own handlers later (gfd.app.signals) and puts these back when it ends.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    pause_collector()
+    # All inside the try: a KeyboardInterrupt right after the handler is in place is a stop
+    # too (outside, it reached the interpreter, which ends with SIGINT's status: the stop
+    # storm saw it once in 200).
     try:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        pause_collector()
         from gfd.cli import main as cli_main
 
         return cli_main()
     except KeyboardInterrupt:
         return STOPPED
+    finally:
+        # The process is ending: a stop now changes nothing, and must not turn a finished
+        # run's status into SIGINT's.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
