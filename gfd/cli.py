@@ -484,6 +484,8 @@ def main(
         print(error_line(reason), file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:
+        if _caused_by_a_stop(exc):
+            return EXIT_OK
         log.debug("internal error", exc_info=exc)
         print(
             error_line(
@@ -495,6 +497,20 @@ def main(
         return EXIT_FAILED
     finally:
         _flush_quietly(out)
+
+
+def _caused_by_a_stop(exc: BaseException) -> bool:
+    """Whether a stop's KeyboardInterrupt became ``exc`` on its way up: Python turns an
+    exception raised in ``__set_name__`` (while a class is made: a stop during an import)
+    into a RuntimeError whose cause it is. That is a stop, not a bug in gfd."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _flush_quietly(out: TextIO) -> None:
