@@ -127,6 +127,8 @@ STATUS_SUBRESOURCES = frozenset({"nodes"})
 #: ``metadata.namespace``); a ResourceSlice also its node and driver.
 SELECTABLE_FIELDS: dict[str, tuple[str, ...]] = {
     "resourceslices": ("spec.nodeName", "spec.driver"),
+    # Some of the fields the API server registers for Pods (pkg/registry/core/pod).
+    "pods": ("spec.nodeName", "spec.schedulerName", "status.phase"),
 }
 
 
@@ -485,6 +487,11 @@ class ApiServerEmulator:
         spec = {"containers": [{"name": "gfd", "image": "gfd"}]}
         return self._create_direct("pods", namespace, {"metadata": metadata, "spec": spec})
 
+    def add_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Any object of a resource the emulator serves, stored as given (with its
+        metadata filled in), without admission."""
+        return self._create_direct(plural, namespace, dict(body))
+
     def add_resource_slice(
         self,
         name: str,
@@ -810,7 +817,11 @@ class ApiServerEmulator:
             match is None
             or resource is None
             or (resource.group, resource.version) != (group, version)
-            or resource.namespaced != (match["namespace"] is not None)
+            or (
+                resource.namespaced != (match["namespace"] is not None)
+                # A namespaced resource's list across every namespace (kubectl get -A).
+                and not (resource.namespaced and method == "GET" and match["name"] is None)
+            )
         ):
             raise _ApiError(404, "NotFound", "the server could not find the requested resource")
         namespace = unquote(match["namespace"] or "")
@@ -861,7 +872,8 @@ class ApiServerEmulator:
         with self._lock:
             if verb == "list":
                 selector = _field_selector(resource, query.get("fieldSelector", ""))
-                return _Reply(200, self._list(resource, namespace, selector))
+                listing = self._list(resource, namespace, selector)
+                return _Reply(200, _page(listing, query))
             if verb == "create":
                 return _Reply(201, self._create(resource, namespace, body, admit, dry_run))
             current = self._objects.get(key)
@@ -984,7 +996,8 @@ class ApiServerEmulator:
             copy.deepcopy(obj)
             for (plural, ns, _), obj in sorted(self._objects.items())
             if plural == resource.plural
-            and (not resource.namespaced or ns == namespace)
+            # A namespaced resource listed without a namespace: every namespace's (-A).
+            and (not resource.namespaced or not namespace or ns == namespace)
             and all(
                 (_field_value(obj, path) == value) == wanted for path, value, wanted in selector
             )
@@ -1257,6 +1270,30 @@ def _field_selector(resource: ResourceType, text: str) -> list[tuple[str, str, b
             raise _ApiError(400, "BadRequest", f'field label not supported: "{path}"')
         terms.append((path, value, operator != "!="))
     return terms
+
+
+def _page(listing: dict[str, Any], query: Mapping[str, str]) -> dict[str, Any]:
+    """One page of a list, as the API server pages it with ``limit`` and ``continue``: the
+    token is opaque to clients (here the offset of the next item and the revision), and
+    the last page has none."""
+    limit_text = query.get("limit", "")
+    token = query.get("continue", "")
+    start = 0
+    if token:
+        offset, _, revision = token.partition(":")
+        if not offset.isdigit() or revision != listing["metadata"]["resourceVersion"]:
+            raise _ApiError(410, "Expired", "The provided continue parameter is too old")
+        start = int(offset)
+    items = listing["items"]
+    if not limit_text.isdigit() or int(limit_text) == 0:
+        listing["items"] = items[start:]
+        return listing
+    end = start + int(limit_text)
+    listing["items"] = items[start:end]
+    if end < len(items):
+        listing["metadata"]["continue"] = f"{end}:{listing['metadata']['resourceVersion']}"
+        listing["metadata"]["remainingItemCount"] = len(items) - end
+    return listing
 
 
 def _field_value(obj: Mapping[str, Any], path: str) -> str:
