@@ -28,11 +28,11 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"gfd.topology", "gfd.kube_api"},
         {"gfd.nvml", "gfd.labels"},
         {"gfd.sim", "gfd.health"},
-        {"gfd.sinks"},
+        {"gfd.sinks", "gfd.scheduling"},
         {"gfd.agent", "gfd.cleanup"},
         {"gfd.metrics", "gfd.config_watch", "gfd.process_title"},
         {"gfd.app"},
-        {"gfd.doctor"},
+        {"gfd.doctor", "gfd.explain"},
         {"gfd.cli"},
         {"gfd.console"},
         {"gfd.__main__"},
@@ -67,7 +67,7 @@ INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
             {"gfd.doctor.examination"},
             {"gfd.doctor.checks"},
             {"gfd.doctor.registry", "gfd.doctor.report"},
-            {"gfd.doctor"},
+            {"gfd.doctor", "gfd.explain"},
         )
     ),
 }
