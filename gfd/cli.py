@@ -5,11 +5,13 @@ failure in one error line and an exit status. What a command needs is assembled 
 Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot``),
 ``labels`` (print the labels, publish nothing), ``facts`` (print what was read),
 ``topo`` (print the GPU topology matrix), ``cleanup`` (take gfd's labels, annotations,
-taint and condition off the Nodes, :mod:`gfd.cleanup`) and ``doctor`` (check each link
-from the GPU to the labels on the Node, :mod:`gfd.doctor`). Options may stand before or
-after the subcommand. Exit codes (:mod:`gfd.app.exit_status` has the table): 0 success
-(also after SIGTERM/SIGINT), 1 the node or the cluster failed (for ``doctor``: a problem
-found), 2 a usage or configuration error; every subcommand follows them.
+taint and condition off the Nodes, :mod:`gfd.cleanup`), ``doctor`` (check each link
+from the GPU to the labels on the Node, :mod:`gfd.doctor`), ``explain`` (why a pod would
+or would not run on each node) and ``select`` (requirements to a node affinity), both
+:mod:`gfd.explain`. Options may stand before or after the subcommand. Exit codes
+(:mod:`gfd.app.exit_status` has the table): 0 success (also after SIGTERM/SIGINT), 1 the
+node or the cluster failed (for ``doctor``: a problem found; for ``explain``: a pod that
+runs on no node), 2 a usage or configuration error; every subcommand follows them.
 """
 
 from __future__ import annotations
@@ -55,12 +57,30 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: The subcommands, ``run`` first: it is the default.
-COMMANDS = ("run", "labels", "facts", "topo", "cleanup", "doctor")
+COMMANDS = ("run", "labels", "facts", "topo", "cleanup", "doctor", "explain", "select")
 #: Subcommands that print what they read and take ``--format``.
-FORMATTED_COMMANDS = ("facts", "topo", "doctor")
-#: Flags of one subcommand that are no setting (argparse refuses them elsewhere).
-_SUBCOMMAND_VALUE_FLAGS = ("--format", "--wait-for-pods", "--from-pid")
-_SUBCOMMAND_BOOL_FLAGS = ("--all-nodes",)
+FORMATTED_COMMANDS = ("facts", "topo", "doctor", "explain", "select")
+#: Each subcommand's own flags, which are no setting: (taking a value, boolean). Known
+#: only with their subcommand, so that a prefix of a setting's flag (``--driver`` of
+#: ``--driver-root-ctr-path``) stays an unknown flag everywhere else.
+_COMMAND_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "facts": (("--format",), ()),
+    "topo": (("--format",), ()),
+    "cleanup": (("--wait-for-pods",), ("--all-nodes",)),
+    "doctor": (("--format", "--from-pid"), ()),
+    "explain": (
+        ("--format", "-f", "--filename", "--pod", "--cluster-file", "--require-cuda"),
+        ("--all-nodes",),
+    ),
+    "select": (
+        (
+            "--format", "--family", "--product", "--min-memory", "--min-count", "--cuda",
+            "--compute", "--driver", "--interconnect", "--mig-profile", "--as", "--gpus",
+            "--cluster-file",
+        ),
+        ("--healthy",),
+    ),
+}  # fmt: skip
 #: The flags that are no setting and take no value: help and version.
 _OTHER_FLAGS = ("-h", "--help", "--version")
 
@@ -173,7 +193,89 @@ def build_parser() -> argparse.ArgumentParser:
         help="check the configuration of the gfd agent running as process PID (in gfd's "
         "pod: 1); flags given here win over the agent's",
     )
+    _add_workload_commands(commands, common)
     return parser
+
+
+def _add_workload_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``explain`` and ``select``: the workload author's commands (gfd.explain)."""
+    explain = commands.add_parser(
+        "explain",
+        parents=[common],
+        allow_abbrev=False,
+        help="say, node by node, why a pod would or would not run there (and what to do); "
+        "change nothing",
+    )
+    explain.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="MANIFEST",
+        help="a manifest with a pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, "
+        "CronJob; several documents allowed; - for stdin)",
+    )
+    explain.add_argument("--pod", metavar="NAMESPACE/NAME", help="a pod of the cluster")
+    explain.add_argument(
+        "--cluster-file",
+        metavar="FILE",
+        help="the nodes and pods saved by kubectl get nodes,pods -A -o json (instead of "
+        "the API server; --simulate PROFILE judges one simulated node instead)",
+    )
+    explain.add_argument(
+        "--require-cuda",
+        metavar="X.Y",
+        help="the CUDA the image needs (default: the manifest's NVIDIA_REQUIRE_CUDA)",
+    )
+    explain.add_argument("--all-nodes", action="store_true", help="show nodes without GPUs too")
+    explain.add_argument("--format", choices=("text", "json"), default="text")
+    select = commands.add_parser(
+        "select",
+        parents=[common],
+        allow_abbrev=False,
+        help="write the node affinity (or node selector) that targets GPUs by requirements",
+    )
+    select.add_argument("--family", action="append", help="gpu.family, exact (hopper); repeatable")
+    select.add_argument(
+        "--product", action="append", help="gpu.product, exact (NVIDIA-H100-80GB-HBM3); repeatable"
+    )
+    select.add_argument(
+        "--min-memory", metavar="SIZE", help="per GPU, with its unit: 80GB, 80GiB, 40960MiB"
+    )
+    select.add_argument("--min-count", type=int, metavar="N", help="GPUs on the node, at least")
+    for flag, labels in (
+        ("--cuda", "the driver's CUDA (cuda.runtime-version)"),
+        ("--compute", "compute capability (gpu.compute)"),
+        ("--driver", "driver version (cuda.driver-version)"),
+    ):
+        select.add_argument(
+            flag,
+            action="append",
+            metavar="OPVERSION",
+            help=f"{labels}: >=, >, ==, <= or < a version",
+        )
+    select.add_argument(
+        "--interconnect",
+        action="append",
+        help="gpu.interconnect (nvswitch, nvlink, nvlink-partial, pcie, single); repeatable",
+    )
+    select.add_argument("--mig-profile", metavar="PROFILE", help="a MIG profile (1g.10gb)")
+    select.add_argument(
+        "--healthy", action="store_true", help="only nodes gfd finds healthy (gpu.health)"
+    )
+    select.add_argument(
+        "--as",
+        dest="as_",
+        choices=("affinity", "pod"),
+        default="affinity",
+        help="affinity: the placement alone; pod: a pod spec snippet with the GPU request",
+    )
+    select.add_argument(
+        "--gpus", type=int, default=1, metavar="N", help="with --as pod: GPUs the pod requests"
+    )
+    select.add_argument(
+        "--cluster-file", metavar="FILE", help="list the matching nodes of this saved cluster"
+    )
+    select.add_argument("--format", choices=("yaml", "json"), default="yaml")
 
 
 def check_words(argv: Sequence[str]) -> None:
@@ -189,13 +291,16 @@ def check_words(argv: Sequence[str]) -> None:
     - A word that is no subcommand, or a second subcommand.
     - ``--format`` with a subcommand that has none.
     """
-    value_flags = {
+    setting_values = {
         flag for option in OPTIONS if option.kind != "bool" for flag in _setting_flags(option)
-    } | set(_SUBCOMMAND_VALUE_FLAGS)
-    bool_flags = {option.flag for option in OPTIONS if option.kind == "bool"} | set(
-        _SUBCOMMAND_BOOL_FLAGS
-    )
-    command: str | None = None
+    }
+    setting_bools = {option.flag for option in OPTIONS if option.kind == "bool"}
+    command = _command_word(argv, setting_values)
+    own_values, own_bools = _COMMAND_FLAGS.get(command or "run", ((), ()))
+    # --format is known everywhere, to say which subcommands take it (below).
+    value_flags = setting_values | set(own_values) | {"--format"}
+    bool_flags = setting_bools | set(own_bools)
+    command = None
     format_given = False
     bare_bool: str | None = None
     words = iter(argv)
@@ -232,9 +337,34 @@ def check_words(argv: Sequence[str]) -> None:
         )
 
 
+def _command_word(argv: Sequence[str], setting_values: set[str]) -> str | None:
+    """The subcommand of ``argv`` (flags may stand before it), if it names one."""
+    every_value = setting_values | {f for values, _ in _COMMAND_FLAGS.values() for f in values}
+    words = iter(argv)
+    for word in words:
+        if word.startswith("-") and word not in ("-", "--"):
+            if word in every_value:
+                next(words, None)
+            continue
+        return word if word in COMMANDS else None
+    return None
+
+
 def _unknown_flag(name: str, known: set[str]) -> str:
-    """The error line for a flag gfd does not have, naming the one it most looks like."""
+    """The error line for a flag gfd does not have, naming the one it most looks like, or
+    the subcommands that have it."""
     import difflib
+
+    owners = [
+        command
+        for command, (values, bools) in _COMMAND_FLAGS.items()
+        if name in values or name in bools
+    ]
+    elsewhere = (
+        f"; {name} is a flag of {', '.join(owners)} only (gfd {owners[0]} {name} ...)"
+        if owners
+        else ""
+    )
 
     prefixed = sorted(flag for flag in known if flag.startswith(name) and name.startswith("--"))
     close = prefixed or difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
@@ -242,9 +372,11 @@ def _unknown_flag(name: str, known: set[str]) -> str:
         hint = f" (flags are never abbreviated: did you mean {' or '.join(prefixed[:3])}?)"
     elif close:
         hint = f" (did you mean {close[0]}?)"
+    elif owners:
+        hint = " here"
     else:
         hint = " (gfd --help lists them)"
-    return f"unknown flag {echo(name)}{hint}"
+    return f"unknown flag {echo(name)}{hint}{elsewhere}"
 
 
 def parse_command_line(argv: Sequence[str]) -> tuple[argparse.Namespace, dict[str, Any]]:
@@ -439,12 +571,12 @@ def main(
 
     # The doctor's report says what its checks found; their logs would say it twice. Only
     # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
-    quiet = command == "doctor" and "log_level" not in explicit
+    quiet = command in ("doctor", "explain", "select") and "log_level" not in explicit
     configure_logging("error" if quiet else settings.log_level)
     log = get_logger()
     for warning in idle.warnings:
         log.warning("flag ignored", problem=warning)
-    if command in ("cleanup", "doctor"):
+    if command in ("cleanup", "doctor", "explain", "select"):
         # These page through the cluster's Nodes for as long as it takes: the collector,
         # paused while gfd started (gfd.startup_gc), runs again. The others read the node
         # once and end (run resumes it before its first cycle).
@@ -465,6 +597,14 @@ def main(
             code = command_cleanup(settings, namespace.all_nodes, namespace.wait_for_pods, out)
         elif command == "doctor":
             code = command_doctor(settings, namespace.format, environment, out)
+        elif command == "explain":
+            from gfd.explain import command_explain
+
+            code = command_explain(namespace, settings, out)
+        elif command == "select":
+            from gfd.explain import command_select
+
+            code = command_select(namespace, settings, out)
         else:
             from gfd.app.run import run_agent
 

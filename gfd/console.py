@@ -45,12 +45,13 @@ def _stop(_signum: int, _frame: Any) -> None:
 
 def _exit_after_grace() -> None:
     time.sleep(STOP_GRACE_SECONDS)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: S110 - ending anyway; a closed pipe changes nothing
-            pass
+    import contextlib
     import os
+
+    for stream in (sys.stdout, sys.stderr):
+        # Ending anyway: a closed pipe changes nothing.
+        with contextlib.suppress(Exception):
+            stream.flush()
 
     os._exit(STOPPED)
 

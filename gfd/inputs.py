@@ -34,6 +34,11 @@ TOKEN_FILE_LIMIT = 64 << 10
 SYSFS_ATTRIBUTE_LIMIT = 4096
 #: PCI configuration space: 256 bytes conventional, 4096 extended.
 PCI_CONFIG_LIMIT = 4096
+#: A workload manifest (``gfd explain -f``): a chart's rendered output is a few hundred KB.
+MANIFEST_FILE_LIMIT = 16 << 20
+#: ``kubectl get nodes,pods -A -o json`` saved (``--cluster-file``): 5,000 nodes and
+#: 20,000 pods are about 150 MB.
+CLUSTER_FILE_LIMIT = 1 << 30
 
 #: Deepest nesting of mappings and sequences a document may have (a config needs 5).
 YAML_MAX_DEPTH = 64

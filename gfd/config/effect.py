@@ -41,6 +41,8 @@ PRINTING_COMMANDS = {
     "labels": "prints the labels and publishes nothing",
     "facts": "prints what NVML reads",
     "topo": "prints the GPU topology matrix",
+    "explain": "judges a pod against the nodes",
+    "select": "writes a node affinity",
 }
 
 #: Settings that say where and how the node is read: every subcommand uses them.
@@ -63,6 +65,10 @@ PRINTING_SETTINGS: Mapping[str, frozenset[str]] = {
     # -o FILE: the capture file, written whole or not at all.
     "facts": _READING | {"output_file"},
     "topo": _READING,
+    # The nodes come from the API server (--kubeconfig), or one simulated node labelled
+    # as gfd would (--simulate, with the labels' own settings).
+    "explain": _READING | {"kubeconfig", "mig_strategy", "label_mode"},
+    "select": _READING | {"kubeconfig", "mig_strategy"},
 }
 
 
@@ -266,7 +272,10 @@ def idle_flags(command: str, given: Mapping[str, Any], settings: Settings) -> Id
     # doctor and cleanup take the run's settings to examine or undo what a run does: only
     # what the simulator makes idle is idle there.
     rules = IDLE_RULES + (RUN_IDLE_RULES if command == "run" else ())
+    own = PRINTING_SETTINGS.get(command, frozenset()) if command in ("explain", "select") else ()
     for rule in rules:
+        if rule.setting in own:
+            continue  # the command uses it itself (explain's --kubeconfig)
         if rule.setting in asked and rule.idle(settings):
             line = f"{_flag(rule.setting)} has no effect {rule.why}"
             (warnings if rule.warn_only else errors).append(

@@ -357,7 +357,22 @@ def _every_abbreviation() -> list[list[str]]:
                 cases.append([prefix, *value])
     cases.append(["facts", "--form", "json"])
     cases.append(["topo", "--fo", "json"])
+    cases.append(["explain", "--require", "12.8"])
+    cases.append(["select", "--min-mem", "80GB"])
     return cases
+
+
+def test_a_subcommands_flag_elsewhere_names_the_subcommands_that_have_it() -> None:
+    with pytest.raises(
+        UsageError,
+        match=r"^unknown flag '--all-nodes' here; --all-nodes is a flag of cleanup, explain only "
+        r"\(gfd cleanup --all-nodes \.\.\.\)$",
+    ):
+        parse_command_line(["labels", "--all-nodes"])
+    with pytest.raises(
+        UsageError, match=r"did you mean --pod-name\?\); --pod is a flag of explain"
+    ):
+        parse_command_line(["--pod", "ml/a"])
 
 
 @pytest.mark.parametrize("argv", _every_abbreviation(), ids=lambda argv: " ".join(argv))
@@ -386,17 +401,17 @@ def test_no_flag_is_ever_abbreviated(argv: list[str]) -> None:
         ),
         (
             ["--oneshot", "soon"],
-            "unexpected word 'soon': gfd takes flags and at most one subcommand (run, labels, facts, topo, cleanup, doctor)",
+            "unexpected word 'soon': gfd takes flags and at most one subcommand (run, labels, facts, topo, cleanup, doctor, explain, select)",
         ),
         (["labels", "topo"], "unexpected word 'topo': gfd takes flags and at most one subcommand"),
         (["--", "labels"], "unexpected word '--'"),
         (
             ["--format", "json", "labels"],
-            "--format applies to facts, topo, doctor only (gfd facts --format json), not to labels",
+            "--format applies to facts, topo, doctor, explain, select only (gfd facts --format json), not to labels",
         ),
         (
             ["--format=json"],
-            "--format applies to facts, topo, doctor only (gfd facts --format json), not to run",
+            "--format applies to facts, topo, doctor, explain, select only (gfd facts --format json), not to run",
         ),
         (
             ["--simulat", "t4-single"],
