@@ -1,7 +1,8 @@
 """A real Kubernetes control plane for tests, started as controller-runtime's envtest does.
 
 This module owns the processes and files of one test control plane: etcd and
-kube-apiserver (and, when asked, kube-controller-manager) from the directory named by
+kube-apiserver (and, when asked, kube-controller-manager and kube-scheduler) from the
+directory named by
 ``KUBEBUILDER_ASSETS``, on 127.0.0.1 with free ports, with their own certificate
 authority, serving certificate, service-account signing key and issuer, RBAC
 authorization, the default admission plugins (ValidatingAdmissionPolicy among them)
@@ -369,7 +370,8 @@ class Etcd:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver (+ kube-controller-manager on demand) under ``workdir``."""
+    """etcd + kube-apiserver (+ kube-controller-manager and kube-scheduler on demand) under
+    ``workdir``."""
 
     def __init__(self, assets: Path, workdir: Path) -> None:
         self.assets = assets
@@ -388,6 +390,7 @@ class ControlPlane:
             "kube-apiserver", self._apiserver_argv(), workdir / "kube-apiserver.log"
         )
         self._controller_manager: _Process | None = None
+        self._scheduler: _Process | None = None
         self.version = ""
 
     def _apiserver_argv(self) -> list[str]:
@@ -490,16 +493,52 @@ class ControlPlane:
                 f"kube-controller-manager exited:\n{self._controller_manager.tail()}"
             )
 
+    @property
+    def scheduler_log(self) -> Path:
+        """kube-scheduler's log (written from :meth:`start_scheduler` on)."""
+        return self.workdir / "kube-scheduler.log"
+
+    def start_scheduler(self, verbosity: int = 1) -> None:
+        """kube-scheduler with its default profile (idempotent). ``verbosity`` is its
+        ``--v``: from 4 on it logs every Node and Pod event it takes into its cache, which
+        is how a test knows the scheduler has seen a change."""
+        if self._scheduler is not None and self._scheduler.running():
+            return
+        self._scheduler = _Process(
+            "kube-scheduler",
+            [
+                str(self.assets / "kube-scheduler"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--authentication-kubeconfig={self.admin_kubeconfig}",
+                f"--authorization-kubeconfig={self.admin_kubeconfig}",
+                "--authentication-skip-lookup=true",
+                "--leader-elect=false",
+                # No serving endpoint (health, metrics): nothing here asks it.
+                "--secure-port=0",
+                f"--v={verbosity}",
+            ],
+            self.scheduler_log,
+        )
+        self._scheduler.start()
+        time.sleep(0.5)
+        if not self._scheduler.running():
+            raise ControlPlaneError(f"kube-scheduler exited:\n{self._scheduler.tail()}")
+
     def stop(self) -> None:
         """Stop what this object started, newest first."""
-        for process in (self._controller_manager, self._apiserver, self.etcd.process):
+        for process in (
+            self._scheduler,
+            self._controller_manager,
+            self._apiserver,
+            self.etcd.process,
+        ):
             if process is not None:
                 process.stop()
 
     def describe_failure(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.tail()}"
-            for p in (self.etcd.process, self._apiserver, self._controller_manager)
+            for p in (self.etcd.process, self._apiserver, self._controller_manager, self._scheduler)
             if p is not None
         )
 

@@ -9,10 +9,11 @@ An oracle is a real program or library written by another project. Two kinds, to
   ``GFD_REQUIRE_ORACLES=1`` (set by ``.ci/run``) a missing one is a failure: CI must never
   pass by skipping the suites that judge gfd against reality.
 - **Shipped by no registry** (NVIDIA's GPU Feature Discovery and config-manager,
-  kube-apiserver, node-feature-discovery, NVIDIA's mock NVML library): a developer may build
-  one from its upstream source and point the variable at it; the live suite then runs. Without
-  it the suite skips with one line naming the variable, in CI too, and what the program showed
-  when it was last run is replayed from the records under ``tests/records/`` instead.
+  kube-apiserver, kube-scheduler, node-feature-discovery, NVIDIA's mock NVML library): a
+  developer may build one from its upstream source and point the variable at it; the live
+  suite then runs. Without it the suite skips with one line naming the variable, in CI too,
+  and what the program showed when it was last run is replayed from the records under
+  ``tests/records/`` instead.
 
 A test that needs one carries ``@pytest.mark.oracle("<name>")`` and asks :func:`oracle_path`.
 """
@@ -47,6 +48,9 @@ class Oracle:
     replayed_from: str | None = None
     #: How to set ``env`` here, for a registry oracle that ``unpack.sh`` does not prepare.
     setup: str = 'eval "$(../shared/oracles/unpack.sh DIR)" sets it'
+    #: For an oracle whose ``env`` names a folder that holds several programs: the one it
+    #: needs there (its absence is a missing oracle, like the folder's).
+    program: str | None = None
 
 
 ORACLES: dict[str, Oracle] = {
@@ -84,6 +88,13 @@ ORACLES: dict[str, Oracle] = {
             "KUBEBUILDER_ASSETS",
             "kube-apiserver, etcd, kube-controller-manager",
             replayed_from="tests/records/kube-apiserver/",
+        ),
+        Oracle(
+            "kube-scheduler",
+            "KUBEBUILDER_ASSETS",
+            "kube-scheduler, with kube-apiserver and etcd",
+            replayed_from="tests/records/kube-scheduler/",
+            program="kube-scheduler",
         ),
         Oracle(
             "config-manager",
@@ -124,6 +135,8 @@ def missing_reason(name: str) -> str | None:
         return f"{oracle.env} is unset ({oracle.setup})"
     if not location.exists():
         return f"{location} does not exist (set {oracle.env} to point elsewhere)"
+    if oracle.program is not None and not (location / oracle.program).is_file():
+        return f"{location} has no {oracle.program} (set {oracle.env} to a folder with one)"
     return None
 
 

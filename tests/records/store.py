@@ -64,8 +64,12 @@ def _sorted(value: Any) -> Any:
     return value
 
 
-def write_record(path: Path, record: Record) -> None:
-    """Write ``record`` to ``path``: header first, then the cases, every mapping sorted."""
+def write_record(path: Path, record: Record, *, case_per_line: bool = False) -> None:
+    """Write ``record`` to ``path``: header first, then the cases, every mapping sorted.
+
+    ``case_per_line``: each case on one line of its own (compact JSON), for records of many
+    cases with nested inputs, where one value per line would make a diff of thousands of
+    lines; the file is the same JSON document either way."""
     document = {
         "program": record.program,
         "version": record.version,
@@ -74,7 +78,19 @@ def write_record(path: Path, record: Record) -> None:
         "cases": _sorted(record.cases),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    if case_per_line:
+        header = json.dumps(
+            {k: v for k, v in document.items() if k != "cases"}, indent=1, ensure_ascii=False
+        )
+        lines = [
+            f" {json.dumps(case_id, ensure_ascii=False)}: "
+            + json.dumps(case, ensure_ascii=False, separators=(",", ":"))
+            for case_id, case in document["cases"].items()
+        ]
+        text = header.removesuffix("\n}") + ',\n "cases": {\n' + ",\n".join(lines) + "\n }\n}\n"
+        json.loads(text)  # the same document
+    else:
+        text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
     path.write_text(text, encoding="utf-8")
     load_record.cache_clear()
 
