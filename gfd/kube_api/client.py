@@ -150,6 +150,12 @@ class KubeClient:
         """The API server's URL, as the credentials name it."""
         return str(self._api.configuration.host)
 
+    @property
+    def unverified(self) -> str | None:
+        """Why the server's certificate is not verified (a kubeconfig's
+        ``insecure-skip-tls-verify``), or None when it is."""
+        return self._credentials.unverified
+
     def give_up_by(self, when: float, why: str) -> None:
         """Bound every operation from now on to end by ``when`` (this client's clock):
         retries stop in time and each request's timeout is cut to what is left."""
