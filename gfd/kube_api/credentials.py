@@ -308,7 +308,7 @@ def in_cluster_credentials(
             token.read(force=False)
         except ConfigError as exc:
             # Mid-rotation hiccup: keep the token we have; a 401 forces a re-read.
-            log.warning("kube_token_unreadable", problem=str(exc))
+            log.warning("service account token unreadable", problem=str(exc))
         token.apply(config)
 
     return Credentials(
