@@ -155,7 +155,7 @@ def wait_for_pods_gone(
                 f"still there after {waited:.0f}s ({', '.join(names[:3])}); gfd's agents "
                 "could label again: delete them first, then run the cleanup"
             )
-        log.info("waiting_for_pods", namespace=namespace, selector=selector, pods=len(pods))
+        log.info("waiting for pods", namespace=namespace, selector=selector, pods=len(pods))
         if stop.wait(poll_interval):
             raise CleanupFailed("cleanup: interrupted while waiting for gfd's pods to go")
 
@@ -207,7 +207,7 @@ def clean_node(client: KubeClient, node_name: str, stop: threading.Event) -> Nod
     )
     if result.changed:
         log.info(
-            "node_cleaned",
+            "node cleaned",
             node=node_name,
             labels=list(result.labels),
             annotations=list(result.annotations),
@@ -227,9 +227,9 @@ def clean_nodes(client: KubeClient, names: Sequence[str], stop: threading.Event)
         except SinkError as exc:
             if _not_found(exc):
                 # Deleted since the list: nothing of gfd's is left on it.
-                log.info("node_gone", node=name)
+                log.info("node gone", node=name)
                 continue
-            log.warning("node_cleanup_failed", node=name, reason=str(exc))
+            log.warning("node cleanup failed", node=name, reason=str(exc))
             failed.append((name, str(exc)))
     return CleanupReport(tuple(cleaned), tuple(failed))
 

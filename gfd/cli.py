@@ -572,7 +572,7 @@ def main(
     # The doctor's report says what its checks found; their logs would say it twice. Only
     # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
     quiet = command in ("doctor", "explain", "select") and "log_level" not in explicit
-    configure_logging("error" if quiet else settings.log_level)
+    configure_logging("error" if quiet else settings.log_level, log_format=settings.log_format)
     log = get_logger()
     for warning in idle.warnings:
         log.warning("flag ignored", problem=warning)

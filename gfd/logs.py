@@ -1,8 +1,11 @@
-"""Logging set-up: structlog's event model, JSON lines when the log's stream is not a terminal.
+"""Logging set-up: structlog's event model, in the format ``--log-format`` chooses.
 
-Logs go to stderr so that stdout stays clean for labels, facts and tables; so whether
-stderr is a terminal decides their format (:func:`logs_are_json`), whatever stdout is:
-``gfd labels > file`` typed at a terminal logs for a person, a pod logs JSON.
+Logs go to stderr so that stdout stays clean for labels, facts and tables. The format
+(:data:`LOG_FORMATS`) is ``json`` (one JSON object a line), ``text`` (one line an event:
+time, level, event, then ``key=value`` pairs, a value quoted when it holds a space, a
+quote or ``=``), or ``auto``, the default: whether stderr is a terminal decides
+(:func:`logs_are_json`), whatever stdout is: ``gfd labels > file`` typed at a terminal
+logs for a person (structlog's console lines), a pod logs JSON.
 
 Importing structlog costs more than all of gfd's own modules together (it pulls in
 asyncio and ssl), which a one-shot run would pay to write one line. So loggers from
@@ -10,8 +13,9 @@ asyncio and ssl), which a one-shot run would pay to write one line. So loggers f
 log that is not a terminal: a pod's) is rendered here as structlog's pipeline renders
 it (``add_log_level``, ``TimeStamper(fmt="iso", utc=True)``, ``format_exc_info``,
 ``JSONRenderer(sort_keys=True)``): ``tests/test_logs.py`` holds the two to the same
-bytes for generated events. A terminal gets structlog's ``ConsoleRenderer``, imported
-with its first line.
+bytes for generated events. A text line is rendered here too, from the same event. A
+terminal under ``auto`` gets structlog's ``ConsoleRenderer``, imported with its first
+line.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any, TextIO
 #: The standard library's numeric levels (``logging.DEBUG`` ...), without importing it;
 #: ``critical`` is for programs that embed gfd and want it silent, not a CLI choice.
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+#: ``--log-format``: ``auto`` (JSON unless stderr is a terminal), ``text`` or ``json``.
+LOG_FORMATS = ("auto", "text", "json")
 #: Numeric level of each logger method.
 _METHOD_LEVELS = {
     "debug": 10,
@@ -43,28 +49,33 @@ class _Configuration:
     def __init__(self) -> None:
         self.level = _LEVELS["info"]
         self.stream: TextIO | None = None
-        self.json: bool | None = None
+        #: One of :data:`LOG_FORMATS`, or ``console`` (structlog's console lines, which
+        #: ``auto`` means on a terminal).
+        self.format = "auto"
         #: Bumped on each configure_logging; a logger re-binds when it has an older one.
         self.generation = 0
         #: The generation structlog was last configured for (-1: not yet).
         self.applied = -1
-        #: Whether lines are JSON, decided at the first line after a configuration.
-        self._as_json: bool | None = None
+        #: How lines are rendered (json, text, console), decided at the first line after
+        #: a configuration.
+        self._renderer: str | None = None
 
-    def as_json(self) -> bool:
-        if self._as_json is None:
-            self._as_json = logs_are_json(self.stream) if self.json is None else self.json
-        return self._as_json
+    def renderer(self) -> str:
+        if self._renderer is None:
+            if self.format == "auto":
+                self._renderer = "json" if logs_are_json(self.stream) else "console"
+            else:
+                self._renderer = self.format
+        return self._renderer
 
     def apply(self) -> Any:
         """Import and configure structlog for the current settings; return the module."""
         import structlog
 
         if self.applied != self.generation:
-            as_json = self.as_json()
             renderer: Any = (
                 structlog.processors.JSONRenderer(sort_keys=True)
-                if as_json
+                if self.renderer() == "json"
                 else structlog.dev.ConsoleRenderer(colors=False)
             )
             stream = self.stream
@@ -97,17 +108,38 @@ def logs_are_json(stream: TextIO | None = None) -> bool:
 
 
 def configure_logging(
-    level: str = "info", *, stream: TextIO | None = None, json: bool | None = None
+    level: str = "info",
+    *,
+    log_format: str = "auto",
+    stream: TextIO | None = None,
+    json: bool | None = None,
 ) -> None:
-    """Set the level and format (again on reload: the level may change).
+    """Set the level and format (again on reload: either may change).
 
-    Cheap: structlog is configured when the next event that passes ``level`` is emitted.
+    ``log_format`` is one of :data:`LOG_FORMATS`; ``json`` (for tests and programs that
+    embed gfd) overrides it: True, JSON lines; False, structlog's console lines whatever
+    the stream. Cheap: structlog is configured when the next event that passes ``level``
+    is emitted, and only for console lines.
     """
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format {log_format!r} is not one of {', '.join(LOG_FORMATS)}")
     _CONFIGURATION.level = _LEVELS[level]
     _CONFIGURATION.stream = stream
-    _CONFIGURATION.json = json
-    _CONFIGURATION._as_json = None
+    _CONFIGURATION.format = log_format if json is None else ("json" if json else "console")
+    _CONFIGURATION._renderer = None
     _CONFIGURATION.generation += 1
+
+
+def rendered_line(method: str, event: str) -> str | None:
+    """``event`` as the configured format renders it at ``method``'s level, without
+    structlog; None for console lines (structlog's). For a line that must be written with
+    one system call (:mod:`gfd.app.signals`)."""
+    renderer = _CONFIGURATION.renderer()
+    if renderer == "json":
+        return json_line(method, event, {}, {})
+    if renderer == "text":
+        return text_line(method, event, {}, {})
+    return None
 
 
 class _LineLogger:
@@ -149,8 +181,12 @@ class Logger:
     def _emit(self, method: str, event: str, fields: dict[str, Any]) -> None:
         if _METHOD_LEVELS[method] < _CONFIGURATION.level:
             return
-        if _CONFIGURATION.as_json():
+        renderer = _CONFIGURATION.renderer()
+        if renderer == "json":
             _LineLogger(_CONFIGURATION.stream).msg(json_line(method, event, self._context, fields))
+            return
+        if renderer == "text":
+            _LineLogger(_CONFIGURATION.stream).msg(text_line(method, event, self._context, fields))
             return
         structlog = _CONFIGURATION.apply()
         if self._bound is None or self._generation != _CONFIGURATION.generation:
@@ -197,6 +233,40 @@ def json_line(method: str, event: str, context: dict[str, Any], fields: dict[str
     if exc_info is not None:
         event_dict["exception"] = _format_exception(exc_info)
     return json_module.dumps(event_dict, default=_json_fallback, sort_keys=True)
+
+
+def text_line(method: str, event: str, context: dict[str, Any], fields: dict[str, Any]) -> str:
+    """The text line for ``log.<method>(event, **fields)`` on a logger bound to ``context``:
+    the time (UTC, as in a JSON line), the level, the event, then ``key=value`` for the
+    context and the fields in the order given, a traceback last as ``exception``. A string
+    value is quoted (JSON's escapes: a traceback stays on its one line) when it is empty or
+    holds a space, a quote or ``=``; any other value is written as compact JSON, quoted
+    whole when it holds a space."""
+    pairs = dict(context)
+    pairs.update(fields)
+    exc_info = _exc_info(pairs.pop("exc_info", None))
+    if exc_info is not None:
+        pairs["exception"] = _format_exception(exc_info)
+    now = datetime.datetime.now(tz=datetime.UTC)
+    words = [
+        now.isoformat().replace("+00:00", "Z"),
+        _LEVEL_NAMES.get(method, method),
+        event,
+        *(f"{key}={_text_value(value)}" for key, value in pairs.items()),
+    ]
+    return " ".join(words)
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, str):
+        if value and value.isprintable() and not any(c in value for c in ' "='):
+            return value
+        return json_module.dumps(value, ensure_ascii=False)
+    # Compact JSON (sinks=["node"]), quoted whole only when a space is inside.
+    text = json_module.dumps(
+        value, default=_json_fallback, ensure_ascii=False, separators=(",", ":")
+    )
+    return text if text.isprintable() and " " not in text else json_module.dumps(text)
 
 
 def _exc_info(value: Any) -> tuple[Any, Any, Any] | None:

@@ -1,11 +1,14 @@
-"""gfd's JSON log lines are structlog's, byte for byte.
+"""gfd's JSON log lines are structlog's, byte for byte; its text lines read back.
 
 :func:`gfd.logs.json_line` renders a JSON line without importing structlog (whose import
 costs a one-shot run more than all of gfd). It must write what structlog's own pipeline
 with gfd's processors writes; here structlog itself is the oracle, for generated events:
 bound context and call fields of every JSON-able kind and some that are not (paths,
 objects with ``__structlog__``, sets), every method, and exceptions given as an
-instance, a triple or ``True`` inside an ``except``.
+instance, a triple or ``True`` inside an ``except``. A text line
+(:func:`gfd.logs.text_line`) is read back by a parser of its documented form (time,
+level, event, ``key=value``) to the values it was given, and ``--log-format`` (flag and
+environment) chooses the format whatever stderr is.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd.logs import configure_logging, get_logger, json_line
+from gfd.logs import configure_logging, get_logger, json_line, text_line
 
 TIMESTAMP = re.compile(r'"timestamp": "(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z)"')
 
@@ -156,18 +160,32 @@ def test_a_logger_writes_the_line_to_the_configured_stream() -> None:
     )
 
 
-def _gfd_debug_labels(*, stdout: int, stderr: int) -> None:
+def _gfd_debug_labels(
+    *, stdout: int, stderr: int, extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+) -> None:
     """``gfd --log-level debug --simulate t4-single labels``: debug lines on stderr."""
-    import subprocess
+    import os
 
     root = Path(__file__).resolve().parents[1]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GFD_")}
     subprocess.run(
-        [sys.executable, "-m", "gfd", "--log-level", "debug", "--simulate", "t4-single", "labels"],
+        [
+            sys.executable,
+            "-m",
+            "gfd",
+            "--log-level",
+            "debug",
+            *extra,
+            "--simulate",
+            "t4-single",
+            "labels",
+        ],
         stdout=stdout,
         stderr=stderr,
         cwd=root,
         check=True,
         timeout=60,
+        env={**environment, **(env or {})},
     )
 
 
@@ -217,4 +235,134 @@ def test_log_format_follows_stderr_not_stdout(tmp_path: Path) -> None:
         os.close(terminal)
         os.close(master)
     records = [json.loads(line) for line in (tmp_path / "log").read_text().splitlines()]
+    assert records and "debug" in {record["level"] for record in records}
+
+
+# ------------------------------------------------------------------ text lines
+
+#: A text line as docs and README describe it: time (UTC), level, event, key=value pairs
+#: (a value either bare, without a space and not starting with a quote, or a JSON string).
+TEXT_LINE = re.compile(
+    r"^(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z) "
+    r"(?P<level>debug|info|warning|error|critical) "
+    r"(?P<event>[^=]*?)"
+    r"(?P<pairs>(?: [A-Za-z_][A-Za-z0-9_]*=(?:\"(?:[^\"\\]|\\.)*\"|[^\s\"]\S*))*)$"
+)
+PAIR = re.compile(r" ([A-Za-z_][A-Za-z0-9_]*)=(\"(?:[^\"\\]|\\.)*\"|[^\s\"]\S*)")
+
+
+def read_text_line(line: str) -> tuple[str, str, dict[str, str]]:
+    """(level, event, pairs) of a text line; a quoted value unquoted, a bare one as it is."""
+    match = TEXT_LINE.match(line)
+    assert match, line
+    pairs = {
+        key: json.loads(value) if value.startswith('"') else value
+        for key, value in PAIR.findall(match["pairs"])
+    }
+    return match["level"], match["event"], pairs
+
+
+def test_a_text_line_is_time_level_event_then_pairs() -> None:
+    line = text_line(
+        "warn",
+        "label withheld: its facts could not be read",
+        {"node": "gpu-node-1"},
+        {
+            "key": "nvidia.com/gpu.product",
+            "reason": "NVML call failed",
+            "empty": "",
+            "selector": "a=b",
+            "count": 3,
+            "sinks": ["node"],
+            "none": None,
+        },
+    )
+    assert "\n" not in line
+    assert line.split(" ", 2)[1] == "warning"
+    assert line.endswith(
+        " label withheld: its facts could not be read node=gpu-node-1 key=nvidia.com/gpu.product"
+        ' reason="NVML call failed" empty="" selector="a=b" count=3 sinks=["node"] none=null'
+    )
+    assert read_text_line(line) == (
+        "warning",
+        "label withheld: its facts could not be read",
+        {
+            "node": "gpu-node-1",
+            "key": "nvidia.com/gpu.product",
+            "reason": "NVML call failed",
+            "empty": "",
+            "selector": "a=b",
+            "count": "3",
+            "sinks": '["node"]',
+            "none": "null",
+        },
+    )
+
+
+def test_a_text_lines_traceback_stays_on_its_line() -> None:
+    try:
+        raise ValueError("bad\nvalue")
+    except ValueError as exc:
+        line = text_line("exception", "internal error", {}, {"exc_info": exc})
+    assert "\n" not in line
+    level, event, pairs = read_text_line(line)
+    assert (level, event) == ("error", "internal error")
+    assert pairs["exception"].startswith("Traceback (most recent call last):\n")
+    assert pairs["exception"].endswith("ValueError: bad\nvalue")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True),
+        st.text(max_size=20),
+        max_size=5,
+    )
+)
+def test_text_line_values_read_back(fields: dict[str, str]) -> None:
+    fields.pop("exc_info", None)
+    assert read_text_line(text_line("info", "labels published", {}, fields)) == (
+        "info",
+        "labels published",
+        fields,
+    )
+
+
+def test_a_configured_text_format_writes_text_lines() -> None:
+    stream = io.StringIO()
+    configure_logging("info", log_format="text", stream=stream)
+    try:
+        get_logger(node="n1").warning("label withheld", key="k v")
+    finally:
+        configure_logging("info")
+    (line,) = stream.getvalue().splitlines()
+    assert read_text_line(line) == ("warning", "label withheld", {"node": "n1", "key": "k v"})
+
+
+def test_log_format_text_and_json_hold_whatever_stderr_is(tmp_path: Path) -> None:
+    """--log-format text to a file (where auto is JSON) writes text lines; GFD_LOG_FORMAT
+    json to a terminal (where auto is for a person) writes JSON."""
+    import os
+    import pty
+
+    with (tmp_path / "text").open("wb") as log:
+        _gfd_debug_labels(
+            stdout=subprocess.DEVNULL, stderr=log.fileno(), extra=("--log-format", "text")
+        )
+    lines = (tmp_path / "text").read_text().splitlines()
+    assert lines and all(read_text_line(line) for line in lines)
+    assert "debug" in {read_text_line(line)[0] for line in lines}
+
+    master, terminal = pty.openpty()
+    try:
+        _gfd_debug_labels(
+            stdout=subprocess.DEVNULL, stderr=terminal, env={"GFD_LOG_FORMAT": "json"}
+        )
+        os.close(terminal)
+        terminal = -1
+        records = [json.loads(line) for line in _read_terminal(master).splitlines()]
+    finally:
+        os.close(master)
+        if terminal >= 0:
+            os.close(terminal)
     assert records and "debug" in {record["level"] for record in records}

@@ -146,7 +146,7 @@ class AgentAssembly:
         agent.close()
         self.factory.adopt(built)
         commit_endpoint()
-        configure_logging(reloaded.log_level)
+        configure_logging(reloaded.log_level, log_format=reloaded.log_format)
         new_agent = self.agent_for(reloaded, built)
         self.endpoint.reloaded()
         self.log.info(

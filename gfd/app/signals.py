@@ -113,7 +113,7 @@ class StopWatchdog:
 
     def _say_stopping_now(self) -> None:
         """One log line, written with one system call: the main thread may hold any lock."""
-        from gfd.logs import get_logger, json_line, logs_are_json
+        from gfd.logs import get_logger, rendered_line
 
         if not get_logger().is_enabled_for("warning"):
             return
@@ -121,7 +121,7 @@ class StopWatchdog:
             f"stopping now: still busy {self._grace} s after the stop signal "
             "(a call that cannot be interrupted, such as NVML on a hung driver)"
         )
-        line = json_line("warning", event, {}, {}) if logs_are_json() else f"gfd: warning: {event}"
+        line = rendered_line("warning", event) or f"gfd: warning: {event}"
         with contextlib.suppress(OSError):
             os.write(2, (line + "\n").encode())
 

@@ -153,6 +153,8 @@ class Settings:
     namespace: str | None = None
     pod_name: str | None = None
     log_level: str = "info"
+    #: --log-format: auto (JSON unless stderr is a terminal), text or json (gfd.logs).
+    log_format: str = "auto"
     metrics_address: str = ""
     simulate: str | None = None
     #: The GPU health checks to run (:data:`gfd.config.values.HEALTH_CHECKS`); empty: none.

@@ -55,6 +55,7 @@ _READING = frozenset(
         "driver_root_ctr_path",
         "config_file",
         "log_level",
+        "log_format",
     }
 )
 #: The settings each printing subcommand uses; any other flag is idle there.

@@ -63,6 +63,7 @@ _CONFIG_TREE: dict[str, Any] = {
             "timestampAnnotation": None,
             "metricsAddress": None,
             "logLevel": None,
+            "logFormat": None,
             "healthChecks": None,
             "healthCondition": None,
             "healthLabel": None,

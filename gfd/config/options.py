@@ -24,6 +24,7 @@ from gfd.config.values import (
 )
 from gfd.errors import ConfigError, echo
 from gfd.frozen import frozen_dataclass
+from gfd.logs import LOG_FORMATS
 
 DEFAULT_OUTPUT_FILE = NODE_PATHS.feature_file
 DEFAULT_MACHINE_TYPE_FILE = NODE_PATHS.machine_type_file
@@ -369,6 +370,17 @@ OPTIONS: tuple[Option, ...] = (
         f"log level: {', '.join(LOG_LEVELS)} (any case)",
         LOG_LEVELS,
         metavar="LEVEL",
+    ),
+    Option(
+        "log_format",
+        "--log-format",
+        ("GFD_LOG_FORMAT",),
+        ("flags", "gfd", "logFormat"),
+        "choice",
+        "log line format: text (time, level, event, key=value), json (one object a line), or "
+        "auto (json unless stderr is a terminal, then lines for a person)",
+        LOG_FORMATS,
+        metavar="FORMAT",
     ),
     Option(
         "metrics_address",

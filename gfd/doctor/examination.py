@@ -125,6 +125,36 @@ class NodeRead:
     status: int | None = None
 
 
+def sink_flags(settings: Settings, targets: Mapping[str, bool]) -> tuple[str, ...]:
+    """The flags that turn each sink named in ``targets`` (``feature-file``, ``node``,
+    ``nodefeature``: :data:`~gfd.app.sinks.SINK_KINDS`' names) on or off as it says, each
+    only where ``settings`` do not already have it so: what a fix names to change the
+    outcome for this configuration, never a flag it already has.
+
+    A flag is written with ``=`` (``--use-node-feature-api=false``, ``--output-file=PATH``),
+    as gfd's command line takes it."""
+    wanted = {kind.name for kind in SINK_KINDS if kind.wanted(settings)}
+    flags: list[str] = []
+    for name, on in targets.items():
+        if (name in wanted) == on:
+            continue
+        if name == "node":
+            flags.append("--patch-node" if on else "--patch-node=false")
+        elif name == "nodefeature":
+            flags.append("--use-node-feature-api" if on else "--use-node-feature-api=false")
+        elif name == "feature-file" and not on:
+            flags.append("--no-output-file")
+        elif name == "feature-file":
+            if settings.no_output_file:
+                flags.append("--no-output-file=false")
+            if settings.output_file in ("", "-"):
+                # NFD's features.d, where gfd writes by default.
+                flags.append(f"--output-file={settings.host.feature_file}")
+        else:
+            raise ValueError(f"no flag turns the {name} sink {'on' if on else 'off'}")
+    return tuple(flags)
+
+
 class _VerdictRecorder:
     """Takes the verdict the health reporter hands its telemetry."""
 

@@ -347,7 +347,7 @@ class NodeConditionWriter:
         self._known = body["status"]["conditions"][0]
         self._last_heartbeat = now
         log.info(
-            "node_condition_updated",
+            "node condition updated",
             node=self.node_name,
             condition=CONDITION_TYPE,
             status=state.status,

@@ -352,7 +352,7 @@ class NodeTaintWriter:
                 # The Node as written: the plan of a cycle without a read starts from it.
                 self._node = response.json_object(f"node {self.node_name}")
                 log.info(
-                    "node_taint_updated",
+                    "node taint updated",
                     node=self.node_name,
                     change=plan.change,
                     taint=str(plan.after or plan.before or TAINT_KEY),
@@ -369,7 +369,7 @@ class NodeTaintWriter:
                     "on the node, so the change itself was refused)",
                 )
             log.info(
-                "node_taint_conflict",
+                "node taint conflict",
                 node=self.node_name,
                 status=response.status,
                 attempt=attempts,

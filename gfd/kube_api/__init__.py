@@ -20,6 +20,7 @@ from gfd.kube_api.client import STRATEGIC_MERGE_PATCH as STRATEGIC_MERGE_PATCH
 from gfd.kube_api.client import KubeClient as KubeClient
 from gfd.kube_api.client import connect_kubernetes as connect_kubernetes
 from gfd.kube_api.client import path_segment as path_segment
+from gfd.kube_api.credentials import TRUST_THE_CLUSTER_CA as TRUST_THE_CLUSTER_CA
 from gfd.kube_api.errors import Interrupted as Interrupted
 from gfd.kube_api.errors import KubeApiError as KubeApiError
 from gfd.kube_api.errors import KubeApiPermanentError as KubeApiPermanentError

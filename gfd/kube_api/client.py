@@ -150,6 +150,12 @@ class KubeClient:
         """The API server's URL, as the credentials name it."""
         return str(self._api.configuration.host)
 
+    @property
+    def unverified(self) -> str | None:
+        """Why the server's certificate is not verified (a kubeconfig's
+        ``insecure-skip-tls-verify``), or None when it is."""
+        return self._credentials.unverified
+
     def give_up_by(self, when: float, why: str) -> None:
         """Bound every operation from now on to end by ``when`` (this client's clock):
         retries stop in time and each request's timeout is cut to what is left."""
@@ -245,7 +251,7 @@ class KubeClient:
                 self._api.rest_client.pool_manager.clear()
             problem = ca.problem
         if changed and problem is None:
-            log.info("kube_ca_reloaded", path=str(ca.path))
+            log.info("service account CA reloaded", path=str(ca.path))
         if problem is not None:
             raise _Transient(None, problem)
         if changed and after_tls_failure:
@@ -297,7 +303,7 @@ class KubeClient:
                     self._credentials.reload(self._api.configuration)
                 except ConfigError as exc:
                     raise KubeApiPermanentError(method, path, 401, str(exc)) from exc
-            log.info("kube_credentials_reloaded", source=self._credentials.describe)
+            log.info("credentials reloaded after a 401", source=self._credentials.describe)
             response = self._send_once(method, path, query, body, content_type, deadline)
         status = response.status
         if 200 <= status < 300 or status in accept_statuses:

@@ -8,11 +8,14 @@ the file changes) and whose CA bundle it fills and rotates too (:class:`ServiceA
 judged again whenever the file changes; a pod that starts before it is filled waits for
 it instead of failing). Each source can be read again in full (:attr:`Credentials.reload`),
 which the client does once after a 401. Every problem at start-up is a
-:class:`~gfd.errors.ConfigError` naming the file.
+:class:`~gfd.errors.ConfigError` naming the file. A kubeconfig with
+``insecure-skip-tls-verify`` is said once per process, in gfd's log, naming the file and
+the cluster's CA to set instead; urllib3's own warning at every request is silenced.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,45 @@ class Credentials:
         #: The service account's CA file, watched for changes; None: a kubeconfig's CA,
         #: read again with the rest of the kubeconfig after a 401.
         self.ca = ca
+        #: Why the server's certificate is not verified (a kubeconfig's
+        #: ``insecure-skip-tls-verify``), in words with what to set instead; None: verified.
+        self.unverified: str | None = None
+
+
+#: What a kubeconfig sets instead of ``insecure-skip-tls-verify``.
+TRUST_THE_CLUSTER_CA = (
+    "set the cluster's certificate-authority (a PEM file) or certificate-authority-data "
+    "(the PEM, base64) in the kubeconfig instead of insecure-skip-tls-verify"
+)
+
+#: The kubeconfigs already warned about: once each per process, whatever reads them
+#: again (a 401, a reload, the doctor's own client).
+_WARNED_INSECURE: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def _warn_unverified(kubeconfig: str) -> None:
+    """Say once per process, through gfd's log, that ``kubeconfig`` skips TLS verification,
+    and silence urllib3's warning of it at every request.
+
+    The filter is scoped to urllib3's ``InsecureRequestWarning`` (no other warning of any
+    library is touched) and is installed only once a kubeconfig asked for no verification:
+    a verified connection never raises it.
+    """
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    with _WARNED_LOCK:
+        if kubeconfig in _WARNED_INSECURE:
+            return
+        _WARNED_INSECURE.add(kubeconfig)
+        warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+    log.warning(
+        "kubeconfig skips TLS verification of the API server",
+        kubeconfig=kubeconfig,
+        fix=TRUST_THE_CLUSTER_CA,
+    )
 
 
 class ServiceAccountCA:
@@ -198,8 +240,17 @@ def kubeconfig_credentials(kubeconfig: str, context: str | None) -> Credentials:
         problem = _connection_problem(configuration)
         if problem is not None:
             raise ConfigError(f"kubeconfig {kubeconfig}: {problem}")
+        if configuration.verify_ssl or not str(configuration.host).startswith("https:"):
+            credentials.unverified = None
+        else:
+            credentials.unverified = (
+                f"kubeconfig {kubeconfig} sets insecure-skip-tls-verify: the API server's "
+                "certificate is not verified"
+            )
+            _warn_unverified(kubeconfig)
 
-    return Credentials(describe=f"kubeconfig {kubeconfig}", reload=reload)
+    credentials = Credentials(describe=f"kubeconfig {kubeconfig}", reload=reload)
+    return credentials
 
 
 def _connection_problem(configuration: Any) -> str | None:
@@ -257,7 +308,7 @@ def in_cluster_credentials(
             token.read(force=False)
         except ConfigError as exc:
             # Mid-rotation hiccup: keep the token we have; a 401 forces a re-read.
-            log.warning("kube_token_unreadable", problem=str(exc))
+            log.warning("service account token unreadable", problem=str(exc))
         token.apply(config)
 
     return Credentials(

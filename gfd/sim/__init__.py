@@ -322,7 +322,9 @@ def _warn_if_older_than_emulated(profile: SimulationProfile) -> None:
     if note is not None:
         from gfd.logs import get_logger
 
-        get_logger().warning(note, source=profile.source)
+        get_logger().warning(
+            "driver older than every emulated branch", note=note, source=profile.source
+        )
 
 
 def _prepare(

@@ -310,7 +310,7 @@ class FeatureFileSink:
                     "another --output-file"
                 ) from exc
         if missing:
-            log.info("feature_file_directory_created", directory=str(directory))
+            log.info("feature file directory created", directory=str(directory))
 
     def _space_event(self, dir_fd: int) -> None:
         """Wait until the features directory has been still for :attr:`event_spacing`.

@@ -144,7 +144,7 @@ class NodeSink:
             response = self._send(update, patch, metadata, deadline)
             if response.status not in (409, 422):
                 log.info(
-                    "node_labels_dry_run" if self._dry_run else "node_labels_updated",
+                    "node labels dry run" if self._dry_run else "node labels updated",
                     node=self.node_name,
                     set=sorted(update.set_labels),
                     removed=sorted(update.remove_labels),
@@ -172,7 +172,7 @@ class NodeSink:
                 reason = f"changed since it was read: {', '.join(changed[:5])}"
             guarded = True
             log.info(
-                "node_update_conflict",
+                "node update conflict",
                 node=self.node_name,
                 status=response.status,
                 attempt=attempts,
@@ -268,7 +268,7 @@ class NodeSink:
         if fresh:
             self._reported_nfd_keys.update(fresh)
             log.warning(
-                "node_labels_owned_by_nfd",
+                "node labels owned by NFD",
                 node=self.node_name,
                 keys=fresh,
                 reason=f"listed in {NFD_OWNERSHIP_ANNOTATION}; gfd leaves them to NFD",
@@ -280,7 +280,7 @@ class NodeSink:
             self._reported_foreign_keys.update(fresh)
             shown = [echo(key) for key in fresh[:10]]
             log.warning(
-                "node_ownership_annotation_lists_foreign_keys",
+                "node ownership annotation lists foreign keys",
                 node=self.node_name,
                 keys=shown,
                 count=len(fresh),

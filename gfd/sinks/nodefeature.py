@@ -115,7 +115,7 @@ class NodeFeatureSink:
         self._owners: list[dict[str, str]] | None = None
         if self.pod_name is None:
             log.warning(
-                "nodefeature_without_owner",
+                "NodeFeature without owner",
                 reason="POD_NAME is not set; the NodeFeature will not be garbage-collected",
             )
 
@@ -162,13 +162,13 @@ class NodeFeatureSink:
                 action = "updated"
             if written.status != 409:
                 log.info(
-                    "nodefeature_written",
+                    "NodeFeature written",
                     object=self._where,
                     action=action if self._writes is None else f"{action} (dry run)",
                     labels=len(spec["labels"]),
                 )
                 return True
-            log.info("nodefeature_conflict", object=self._where)
+            log.info("NodeFeature conflict", object=self._where)
             cached_read = False
             if self._stop.is_set():
                 raise SinkError(

@@ -128,6 +128,25 @@ def test_the_log_level_is_read_in_any_case(tmp_path: Path, spelling: str) -> Non
     assert settings_for(["--config-file", config]).log_level == "debug"
 
 
+@pytest.mark.parametrize("log_format", ["auto", "text", "json"])
+def test_the_log_format_from_flag_environment_and_file(tmp_path: Path, log_format: str) -> None:
+    assert settings_for([]).log_format == "auto"
+    assert settings_for(["--log-format", log_format]).log_format == log_format
+    assert settings_for([], {"GFD_LOG_FORMAT": log_format}).log_format == log_format
+    config = write(tmp_path, f"version: v1\nflags: {{gfd: {{logFormat: {log_format}}}}}\n")
+    assert settings_for(["--config-file", config]).log_format == log_format
+    # The environment over the file, as for every setting.
+    other = "json" if log_format != "json" else "text"
+    assert settings_for(["--config-file", config], {"GFD_LOG_FORMAT": other}).log_format == other
+
+
+def test_a_log_format_that_is_no_format_names_the_formats(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"^--log-format: 'logfmt' is not one of auto, text, json$"
+    ):
+        settings_for(["--log-format", "logfmt"])
+
+
 def test_a_log_level_that_is_no_level_names_the_levels(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError, match=r"^--log-level: 'TRACE' is not one of debug, info, warning, error$"

@@ -426,11 +426,21 @@ class ApiServerEmulator:
         scheme = "https" if self._tls else "http"
         return f"{scheme}://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, path: Path, token: str, *, ca_file: Path | None = None) -> Path:
-        """Write a kubeconfig that points at this emulator with ``token``."""
+    def write_kubeconfig(
+        self,
+        path: Path,
+        token: str,
+        *,
+        ca_file: Path | None = None,
+        insecure_skip_tls_verify: bool = False,
+    ) -> Path:
+        """Write a kubeconfig that points at this emulator with ``token`` (trusting
+        ``ca_file``, or with ``insecure-skip-tls-verify: true``)."""
         cluster: dict[str, Any] = {"server": self.url}
         if ca_file is not None:
             cluster["certificate-authority"] = str(ca_file)
+        if insecure_skip_tls_verify:
+            cluster["insecure-skip-tls-verify"] = True
         config = {
             "apiVersion": "v1",
             "kind": "Config",

@@ -95,7 +95,12 @@ MATRIX: dict[str, Values] = {
             "featureFile": {"enabled": True},
             "nodeFeature": {"enabled": True},
         },
-        "gfd": {"noTimestamp": False, "sleepInterval": "infinite", "logLevel": "debug"},
+        "gfd": {
+            "noTimestamp": False,
+            "sleepInterval": "infinite",
+            "logLevel": "debug",
+            "logFormat": "text",
+        },
         "failOnInitError": False,
     },
     "no-admission-policies": {"admissionPolicies": {"enabled": False}},

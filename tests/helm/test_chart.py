@@ -176,13 +176,26 @@ def test_no_mig_strategy_by_default(helm: Helm) -> None:
     assert not [a for a in args_of(workload(helm.template({}))) if "mig" in a]
 
 
+@pytest.mark.parametrize("log_format", ["auto", "text", "json"])
+def test_the_log_format_reaches_gfd_as_gfd_reads_it(helm: Helm, log_format: str) -> None:
+    from gfd.cli import parse_command_line
+    from gfd.config import resolve_settings
+
+    args = args_of(workload(helm.template({"gfd": {"logFormat": log_format}})))
+    _, explicit = parse_command_line(args)
+    assert resolve_settings(explicit, {"NODE_NAME": "gpu-1"}).log_format == log_format
+    # auto is gfd's own default: no flag, as deploy/ has none.
+    flags = [a for a in args if a.startswith("--log-format")]
+    assert flags == ([] if log_format == "auto" else [f"--log-format={log_format}"])
+
+
 def test_reference_nulls_leave_gfds_defaults(helm: Helm) -> None:
     # The reference chart's values file writes null for "gfd's default"; in Helm a null
     # removes the value, and the flag must then be left out, not rendered empty.
     nulls = {
         "migStrategy": None,
         "failOnInitError": None,
-        "gfd": {"sleepInterval": None, "noTimestamp": None, "logLevel": None},
+        "gfd": {"sleepInterval": None, "noTimestamp": None, "logLevel": None, "logFormat": None},
     }
     args = args_of(workload(helm.template(nulls)))
     assert args == ["--metrics-address=:8079", "--patch-node", "--no-output-file"]
@@ -487,6 +500,7 @@ REFUSED = [
     ({"gfd": {"sleepInterval": "soon"}}, "/gfd/sleepInterval"),
     ({"gfd": {"sleepInterval": 60}}, "/gfd/sleepInterval"),
     ({"migStrategy": "both"}, "/migStrategy"),
+    ({"gfd": {"logFormat": "logfmt"}}, "/gfd/logFormat"),
     ({"labelMode": "dra"}, "/labelMode"),
     ({"metrics": {"port": -1}}, "/metrics/port"),
     ({"metrics": {"serviceMonitor": {"interval": "-30s"}}}, "/metrics/serviceMonitor/interval"),

@@ -13,7 +13,7 @@ from gfd.doctor.api import DoctorApi, NoCluster
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
 from gfd.errors import GfdError
-from gfd.kube_api import KubeApiError, KubeApiPermanentError
+from gfd.kube_api import TRUST_THE_CLUSTER_CA, KubeApiError, KubeApiPermanentError
 
 #: What lets the doctor look at the cluster when no sink needs it.
 LOOK_AT_THE_CLUSTER = (
@@ -62,6 +62,10 @@ def examine(examination: Examination) -> Answer:
         )
     who = f"as {user}" if user else "(this server does not say as whom: before Kubernetes 1.28)"
     answered = f"the API server answers {api.credentials} {who}"
+    unverified = api.client.unverified
+    if unverified is not None:
+        # Said here, not in the log the doctor keeps quiet: once, in its report.
+        answered += f" ({unverified}; {TRUST_THE_CLUSTER_CA})"
     name = examination.settings.node_name
     if not name:
         return ok(

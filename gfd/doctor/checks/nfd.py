@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gfd.doctor.api import DoctorApi, NoCluster
-from gfd.doctor.examination import Examination
+from gfd.doctor.examination import Examination, sink_flags
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
 from gfd.errors import GfdError
 from gfd.kube_api import KubeApiPermanentError, path_segment
@@ -37,6 +37,18 @@ FEATURE_LABELS = NFD_OWNERSHIP_ANNOTATION.partition("/")[2]
 NFD_PODS = "kubectl get pods -A -o wide -l app.kubernetes.io/name=node-feature-discovery"
 #: What NFD reads its feature files from on the host.
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+
+
+#: What publishes gfd's labels without NFD: the node sink alone of the Kubernetes ones.
+WITHOUT_NFD = {"node": True, "feature-file": False, "nodefeature": False}
+#: What publishes them through NFD's feature file rather than a NodeFeature.
+THROUGH_THE_FEATURE_FILE = {"feature-file": True, "nodefeature": False}
+
+
+def label_without_nfd(examination: Examination) -> str:
+    """The fix's alternative to NFD, as flags for this configuration: the node sink on,
+    and both of NFD's sinks off (the nfd link is then not used)."""
+    return f"label without NFD: {' '.join(sink_flags(examination.settings, WITHOUT_NFD))}"
 
 
 def nfd_has_labelled(annotations: Mapping[str, str]) -> bool:
@@ -76,10 +88,14 @@ def _expected(
     if response.status == 404:
         details = (response.json() or {}).get("details") if response.body else None
         if not isinstance(details, Mapping) or not details.get("name"):
+            # NFD labelled the node (the link checks that first): an NFD before v0.14,
+            # or one without its NodeFeature API, still reads the feature file.
+            feature_file = " ".join(sink_flags(settings, THROUGH_THE_FEATURE_FILE))
             return problem(
                 "the API server does not serve NodeFeatures: NFD's CRDs are not installed",
                 "install node-feature-discovery v0.14 or later (its NodeFeature CRD and "
-                "master), or publish with the feature file or --patch-node instead",
+                f"master); or publish through NFD's feature file: {feature_file}; or "
+                f"{label_without_nfd(examination)}",
             )
         return cannot_tell(
             f"gfd's NodeFeature {namespace}/{name} does not exist yet",
@@ -122,7 +138,7 @@ def examine(examination: Examination) -> Answer:
         return problem(
             f"NFD has never labelled node {name}: it has no {NFD_OWNERSHIP_ANNOTATION} annotation",
             "install node-feature-discovery, or check that its master runs and its worker "
-            f"runs on this node ({NFD_PODS}); or label without NFD: --patch-node",
+            f"runs on this node ({NFD_PODS}); or {label_without_nfd(examination)}",
         )
     expected = _expected(examination, api)
     if isinstance(expected, Answer):
