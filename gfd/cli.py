@@ -8,7 +8,7 @@ Subcommands: ``run`` (the default: label periodically, or once with ``--oneshot`
 taint and condition off the Nodes, :mod:`gfd.cleanup`), ``doctor`` (check each link
 from the GPU to the labels on the Node, :mod:`gfd.doctor`), ``explain`` (why a pod would
 or would not run on each node) and ``select`` (requirements to a node affinity), both
-:mod:`gfd.explain`. Options may stand before or after the subcommand. Exit codes
+:mod:`gfd.explain`, and ``fleet`` (every GPU node and the fleet's drift, :mod:`gfd.fleet`). Options may stand before or after the subcommand. Exit codes
 (:mod:`gfd.app.exit_status` has the table): 0 success (also after SIGTERM/SIGINT), 1 the
 node or the cluster failed (for ``doctor``: a problem found; for ``explain``: a pod that
 runs on no node), 2 a usage or configuration error; every subcommand follows them.
@@ -57,9 +57,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 #: The subcommands, ``run`` first: it is the default.
-COMMANDS = ("run", "labels", "facts", "topo", "cleanup", "doctor", "explain", "select")
+COMMANDS = ("run", "labels", "facts", "topo", "cleanup", "doctor", "explain", "select", "fleet")
 #: Subcommands that print what they read and take ``--format``.
-FORMATTED_COMMANDS = ("facts", "topo", "doctor", "explain", "select")
+FORMATTED_COMMANDS = ("facts", "topo", "doctor", "explain", "select", "fleet")
 #: Each subcommand's own flags, which are no setting: (taking a value, boolean). Known
 #: only with their subcommand, so that a prefix of a setting's flag (``--driver`` of
 #: ``--driver-root-ctr-path``) stays an unknown flag everywhere else.
@@ -80,6 +80,7 @@ _COMMAND_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
         ("--healthy",),
     ),
+    "fleet": (("--format", "-l", "--selector", "--cluster-file", "--gfd-pods"), ()),
 }  # fmt: skip
 #: The flags that are no setting and take no value: help and version.
 _OTHER_FLAGS = ("-h", "--help", "--version")
@@ -276,6 +277,29 @@ def _add_workload_commands(commands: Any, common: argparse.ArgumentParser) -> No
         "--cluster-file", metavar="FILE", help="list the matching nodes of this saved cluster"
     )
     select.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    fleet = commands.add_parser(
+        "fleet",
+        parents=[common],
+        allow_abbrev=False,
+        help="every GPU node: its GPUs, driver, CUDA, health and gfd's pod, then the drift "
+        "and what needs a look; change nothing",
+    )
+    fleet.add_argument("-l", "--selector", metavar="SELECTOR", help="only the nodes it selects")
+    fleet.add_argument(
+        "--format", choices=("table", "wide", "json"), default="table", help="wide: more columns"
+    )
+    fleet.add_argument(
+        "--cluster-file",
+        metavar="FILE",
+        help="the nodes and pods saved by kubectl get nodes,pods -A -o json (instead of the "
+        "API server)",
+    )
+    fleet.add_argument(
+        "--gfd-pods",
+        metavar="SELECTOR",
+        default="app.kubernetes.io/name=gfd",
+        help="the label selector of gfd's pods (default: as the chart and deploy/ label them)",
+    )
 
 
 def check_words(argv: Sequence[str]) -> None:
@@ -571,12 +595,12 @@ def main(
 
     # The doctor's report says what its checks found; their logs would say it twice. Only
     # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
-    quiet = command in ("doctor", "explain", "select") and "log_level" not in explicit
+    quiet = command in ("doctor", "explain", "select", "fleet") and "log_level" not in explicit
     configure_logging("error" if quiet else settings.log_level, log_format=settings.log_format)
     log = get_logger()
     for warning in idle.warnings:
         log.warning("flag ignored", problem=warning)
-    if command in ("cleanup", "doctor", "explain", "select"):
+    if command in ("cleanup", "doctor", "explain", "select", "fleet"):
         # These page through the cluster's Nodes for as long as it takes: the collector,
         # paused while gfd started (gfd.startup_gc), runs again. The others read the node
         # once and end (run resumes it before its first cycle).
@@ -605,6 +629,10 @@ def main(
             from gfd.explain import command_select
 
             code = command_select(namespace, settings, out)
+        elif command == "fleet":
+            from gfd.fleet import command_fleet
+
+            code = command_fleet(namespace, settings, out)
         else:
             from gfd.app.run import run_agent
 

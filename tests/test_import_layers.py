@@ -32,7 +32,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         {"gfd.agent", "gfd.cleanup"},
         {"gfd.metrics", "gfd.config_watch", "gfd.process_title"},
         {"gfd.app"},
-        {"gfd.doctor", "gfd.explain"},
+        {"gfd.doctor", "gfd.explain", "gfd.fleet"},
         {"gfd.cli"},
         {"gfd.console"},
         {"gfd.__main__"},
@@ -67,7 +67,7 @@ INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
             {"gfd.doctor.examination"},
             {"gfd.doctor.checks"},
             {"gfd.doctor.registry", "gfd.doctor.report"},
-            {"gfd.doctor", "gfd.explain"},
+            {"gfd.doctor", "gfd.explain", "gfd.fleet"},
         )
     ),
 }

@@ -43,6 +43,7 @@ PRINTING_COMMANDS = {
     "topo": "prints the GPU topology matrix",
     "explain": "judges a pod against the nodes",
     "select": "writes a node affinity",
+    "fleet": "prints every GPU node",
 }
 
 #: Settings that say where and how the node is read: every subcommand uses them.
@@ -70,6 +71,7 @@ PRINTING_SETTINGS: Mapping[str, frozenset[str]] = {
     # as gfd would (--simulate, with the labels' own settings).
     "explain": _READING | {"kubeconfig", "mig_strategy", "label_mode"},
     "select": _READING | {"kubeconfig", "mig_strategy"},
+    "fleet": frozenset({"kubeconfig", "config_file", "log_level", "log_format"}),
 }
 
 
@@ -273,7 +275,11 @@ def idle_flags(command: str, given: Mapping[str, Any], settings: Settings) -> Id
     # doctor and cleanup take the run's settings to examine or undo what a run does: only
     # what the simulator makes idle is idle there.
     rules = IDLE_RULES + (RUN_IDLE_RULES if command == "run" else ())
-    own = PRINTING_SETTINGS.get(command, frozenset()) if command in ("explain", "select") else ()
+    own = (
+        PRINTING_SETTINGS.get(command, frozenset())
+        if command in ("explain", "select", "fleet")
+        else ()
+    )
     for rule in rules:
         if rule.setting in own:
             continue  # the command uses it itself (explain's --kubeconfig)

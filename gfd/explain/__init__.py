@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gfd.errors import ConfigError
 from gfd.explain.report import explanation_text, explanations_json, yaml_text
 from gfd.explain.sources import (
-    api_client,
     cluster_file,
     cluster_pod,
     live_cluster,
@@ -30,6 +29,7 @@ from gfd.scheduling.cluster import Cluster, NodeUsage
 from gfd.scheduling.cuda import REQUIRE_CUDA_ENV, parse_cuda_version, required_cuda
 from gfd.scheduling.judge import explain
 from gfd.scheduling.quantity import parse_quantity, scheduler_units
+from gfd.scheduling.reading import api_client
 from gfd.scheduling.select import (
     Requirements,
     affinity_matches,

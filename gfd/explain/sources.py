@@ -10,22 +10,13 @@ plugin would register for it.
 
 from __future__ import annotations
 
-import json
-import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gfd.errors import ConfigError, echo
-from gfd.inputs import (
-    CLUSTER_FILE_LIMIT,
-    MANIFEST_FILE_LIMIT,
-    InputRejected,
-    check_yaml,
-    read_bounded_text,
-)
+from gfd.inputs import MANIFEST_FILE_LIMIT
 from gfd.scheduling.cluster import Cluster, cluster_from_api, cluster_from_list, find_pod
+from gfd.scheduling.reading import documents, read_list_file, read_text
 from gfd.scheduling.workload import Workload, workload_of, workloads_of
 
 if TYPE_CHECKING:
@@ -38,61 +29,15 @@ KUBELET_MAX_PODS = 110
 SIMULATED_UNKNOWN = ("cpu", "memory", "ephemeral-storage")
 
 
-def _read(path: str, limit: int, what: str) -> str:
-    try:
-        if path == "-":
-            return sys.stdin.read(limit + 1)[:limit]
-        return read_bounded_text(path, limit)
-    except InputRejected as exc:
-        raise ConfigError(f"{what} {path}: {exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot read: {exc.strerror or exc}") from None
-
-
-def _documents(text: str, source: str) -> list[Any]:
-    import yaml
-
-    stripped = text.lstrip()
-    if stripped.startswith(("{", "[")):
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{source}: not valid JSON: {exc}") from None
-        except RecursionError:
-            raise ConfigError(f"{source}: nested too deeply") from None
-        return document if isinstance(document, list) else [document]
-    try:
-        check_yaml(text)
-    except InputRejected as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        return list(yaml.load_all(text, Loader=loader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{source}: not valid YAML{where}: {problem}") from None
-
-
 def manifest_workloads(path: str) -> list[Workload]:
     """The pods the manifest ``path`` makes."""
-    text = _read(path, MANIFEST_FILE_LIMIT, "manifest")
-    return workloads_of(_documents(text, path), path)
+    text = read_text(path, MANIFEST_FILE_LIMIT, "manifest")
+    return workloads_of(documents(text, path), path)
 
 
 def cluster_file(path: str, pod: str | None = None) -> tuple[Cluster, Workload | None]:
     """The cluster saved in ``path``, and the pod ``pod`` (``--pod``) found in it."""
-    text = _read(path, CLUSTER_FILE_LIMIT, "cluster file")
-    documents = _documents(text, path)
-    if len(documents) != 1:
-        raise ConfigError(
-            f"{path}: {len(documents)} documents; a cluster file is one List "
-            "(kubectl get nodes,pods -A -o json > FILE)"
-        )
-    document = documents[0]
+    document = read_list_file(path)
     workload = None
     exclude = ""
     if pod is not None:
@@ -128,22 +73,6 @@ def cluster_pod(client: KubeClient, reference: str, stop: threading.Event) -> Wo
     if response.status == 404:
         raise ConfigError(f"--pod {reference}: no such pod (kubectl get pods -n {namespace})")
     return workload_of(response.json_object(f"pod {reference}"), f"pod {reference}")
-
-
-@contextmanager
-def api_client(settings: Settings) -> Iterator[KubeClient]:
-    """The API server of ``--kubeconfig`` (or the pod's service account)."""
-    from gfd.kube_api import connect_kubernetes
-
-    client = connect_kubernetes(
-        kubeconfig=settings.kubeconfig,
-        in_cluster_token_path=settings.host.token_file,
-        in_cluster_ca_path=settings.host.ca_file,
-    )
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def live_cluster(client: KubeClient, stop: threading.Event, exclude: str = "") -> Cluster:
