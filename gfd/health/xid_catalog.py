@@ -360,16 +360,22 @@ def describe(xid: int) -> str:
     return f"Xid {xid} ({what})"
 
 
+def action_words(xid: int) -> str:
+    """NVIDIA's immediate action for ``xid`` in gfd's words: ``reboot the node``."""
+    entry = CATALOG.get(xid)
+    if entry is None:
+        return "unknown (not in NVIDIA's Xid catalog)"
+    if entry.action is None:
+        return "none in NVIDIA's Xid catalog"
+    return ACTION_WORDS[entry.action]
+
+
 def advice(xid: int) -> str:
     """NVIDIA's recommended action for ``xid``, as a message ends:
     ``action: reboot the node; if it recurs, contact support``."""
+    words = f"action: {action_words(xid)}"
     entry = CATALOG.get(xid)
-    if entry is None:
-        return "action: unknown (not in NVIDIA's Xid catalog)"
-    if entry.action is None:
-        return "action: none in NVIDIA's Xid catalog"
-    words = f"action: {ACTION_WORDS[entry.action]}"
-    follow_up = FOLLOW_UP_WORDS.get(entry.follow_up)
+    follow_up = FOLLOW_UP_WORDS.get(entry.follow_up) if entry is not None else None
     if follow_up is not None:
         words += f"; if it recurs, {follow_up}"
     return words

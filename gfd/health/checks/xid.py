@@ -54,7 +54,7 @@ from gfd.health.check import (
     Problem,
     gpu_name,
 )
-from gfd.health.xid_catalog import ACTION_WORDS, CATALOG, advice, describe
+from gfd.health.xid_catalog import action_words, advice, describe
 from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
@@ -117,14 +117,7 @@ def storm_advice(xids: set[int]) -> str:
     ``action: restart the application (Xid 13, 31), none needed (Xid 43)``."""
     by_action: dict[str, list[int]] = {}
     for xid in sorted(xids):
-        entry = CATALOG.get(xid)
-        if entry is None:
-            words = "unknown (not in NVIDIA's Xid catalog)"
-        elif entry.action is None:
-            words = "none in NVIDIA's Xid catalog"
-        else:
-            words = ACTION_WORDS[entry.action]
-        by_action.setdefault(words, []).append(xid)
+        by_action.setdefault(action_words(xid), []).append(xid)
     if len(by_action) == 1:
         return f"action: {next(iter(by_action))}"
     return "action: " + ", ".join(
