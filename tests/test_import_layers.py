@@ -49,7 +49,7 @@ INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
     "gfd.health": tuple(
         frozenset(layer)
         for layer in (
-            {"gfd.health.dra_node"},
+            {"gfd.health.dra_node", "gfd.health.xid_catalog"},
             {"gfd.health.check"},
             {"gfd.health.checks"},
             {"gfd.health.registry", "gfd.health.condition", "gfd.health.resource_slices"},

@@ -15,6 +15,8 @@ reads anyway). The package, one concern a module:
 - :mod:`~gfd.health.dra_node`: whether NVIDIA's DRA driver rather than the device plugin
   hands out the node's GPUs (:class:`DraNodeWatch`), for the device-plugin check and
   ``--label-mode auto``;
+- :mod:`~gfd.health.xid_catalog`: NVIDIA's Xid catalog as data, each Xid's recommended
+  action, which the ``xid`` check's messages and the Xid counter carry;
 - :mod:`~gfd.health.registry`: the one mapping from a check's name to its class;
 - :mod:`~gfd.health.monitor`: :class:`HealthMonitor`, which runs the enabled checks and
   keeps what they remember across cycles and reloads;

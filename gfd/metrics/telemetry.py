@@ -169,9 +169,11 @@ class AgentTelemetry:
         self._xid_errors = prometheus_client.Counter(
             "gfd_gpu_xid_errors",
             "Critical Xid errors NVML reported, and those only the kernel log reported "
-            "(--health-kernel-log), by GPU index (a bus id for a GPU NVML does not list) and "
-            "Xid: every one, fatal or ignored by the xid check, counted as it arrives.",
-            ["gpu", "xid"],
+            "(--health-kernel-log), by GPU index (a bus id for a GPU NVML does not list), "
+            "Xid and the action NVIDIA's Xid catalog recommends for it (its immediate "
+            "action's bucket in lower case, unknown where the catalog gives none): every one, "
+            "fatal or ignored by the xid check, counted as it arrives.",
+            ["gpu", "xid", "action"],
             registry=registry,
         )
         self._gpu_healthy = prometheus_client.Gauge(
@@ -249,8 +251,10 @@ class AgentTelemetry:
     def xid_error(self, event: XidEvent) -> None:
         """One critical Xid as the watcher received it (on the watcher's thread), or as the
         kernel log gave it; a GPU NVML does not list is named by its bus id."""
+        from gfd.health.xid_catalog import action_label
+
         gpu = str(event.gpu.index) if event.gpu.index >= 0 else event.gpu.bus_id
-        self._xid_errors.labels(gpu=gpu, xid=str(event.xid)).inc()
+        self._xid_errors.labels(gpu=gpu, xid=str(event.xid), action=action_label(event.xid)).inc()
 
     def liveness(self) -> Health:
         with self._lock:

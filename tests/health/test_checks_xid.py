@@ -25,7 +25,7 @@ from gfd.health import (
     HealthMonitor,
 )
 from gfd.health.checks.xid import NO_WATCHER, utc
-from gfd.health.condition import state_of
+from gfd.health.condition import MAX_MESSAGE, Transition, event_body, state_of
 from gfd.nvml.xid_events import UnwatchedGpu, XidEvent, XidGpu
 from tests.factories import make_facts, make_gpu
 from tests.health.doubles import Clock, Log
@@ -106,8 +106,9 @@ def test_a_fatal_xid_fails_its_gpu_naming_index_bus_id_xid_count_and_times(
     assert result.state == FAILING
     assert [(p.check, p.reason) for p in result.problems] == [("xid", "XidError")]
     assert result.problems[0].message == (
-        "GPU 3 (0000:1e:00.0): Xid 79, 2 times, first 2026-11-30T00:53:20Z, "
-        "last 2026-11-30T00:54:25Z"
+        "GPU 3 (0000:1e:00.0): Xid 79 (GPU has fallen off the bus), 2 times, "
+        "first 2026-11-30T00:53:20Z, last 2026-11-30T00:54:25Z; "
+        "action: reboot the node; if it recurs, contact support"
     )
 
 
@@ -127,9 +128,9 @@ def test_several_gpus_and_xids_are_listed_by_gpu_then_xid(tmp_path: Path) -> Non
     state, messages, _ = observe(monitor(tmp_path, source))
     assert state == FAILING
     assert [message.split(",")[0] for message in messages] == [
-        "GPU 1 (0000:1c:00.0): Xid 79",
-        "GPU 2 (0000:1d:00.0): Xid 48",
-        "GPU 2 (0000:1d:00.0): Xid 94",
+        "GPU 1 (0000:1c:00.0): Xid 79 (GPU has fallen off the bus)",
+        "GPU 2 (0000:1d:00.0): Xid 48 (Double Bit ECC Error)",
+        "GPU 2 (0000:1d:00.0): Xid 94 (Contained memory error)",
     ]
     assert ", 2 times," in messages[0]
     assert ", 1 time," in messages[1]
@@ -139,7 +140,9 @@ def test_with_fatal_xids_given_only_those_count_whatever_is_ignored(tmp_path: Pa
     source = Source([xid(0, 79), xid(1, 13)])
     state, messages, _ = observe(monitor(tmp_path, source, fatal=frozenset({13, 48})))
     assert state == FAILING
-    assert [message.split(",")[0] for message in messages] == ["GPU 1 (0000:1c:00.0): Xid 13"]
+    assert [message.split(",")[0] for message in messages] == [
+        "GPU 1 (0000:1c:00.0): Xid 13 (Graphics Engine Exception)"
+    ]
 
 
 def test_a_fatal_xid_holds_for_the_life_of_the_process_by_default(tmp_path: Path) -> None:
@@ -297,7 +300,8 @@ def test_ignored_xids_that_reach_the_count_within_the_window_are_a_storm(tmp_pat
         (
             "XidStorm",
             "GPU 2 (0000:1d:00.0): Xid storm, 10 of Xid 13, 43 (at least 10 within 5m), "
-            f"first {utc(T0)}, last {utc(T0 + 270)}",
+            f"first {utc(T0)}, last {utc(T0 + 270)}; "
+            "action: restart the application (Xid 13), none needed (Xid 43)",
         )
     ]
     # It goes on: each further Xid of the rule is counted.
@@ -330,7 +334,8 @@ def test_a_rule_of_every_ignored_xid(tmp_path: Path) -> None:
     _, messages, _ = observe(storm_monitor(tmp_path, source, clock, rules=(every,)))
     assert messages == [
         f"GPU 1 (0000:1c:00.0): Xid storm, 3 of Xid 13, 68, 109 (at least 3 within 1m), "
-        f"first {utc(T0)}, last {utc(T0 + 2)}"
+        f"first {utc(T0)}, last {utc(T0 + 2)}; "
+        "action: restart the application (Xid 13, 68), reset the GPU (Xid 109)"
     ]
 
 
@@ -341,7 +346,7 @@ def test_a_storm_is_held_as_a_fatal_xid_and_both_are_reported(tmp_path: Path) ->
     state, messages, _ = observe(checks)
     assert state == FAILING
     assert [message.split(", ")[0] for message in messages] == [
-        "GPU 3 (0000:1e:00.0): Xid 79",
+        "GPU 3 (0000:1e:00.0): Xid 79 (GPU has fallen off the bus)",
         "GPU 3 (0000:1e:00.0): Xid storm",
     ]
     clock.now += 599
@@ -387,3 +392,30 @@ def test_an_xid_that_happened_before_it_arrived_is_held_from_when_it_happened(
     assert observe(checks)[0] == FAILING
     clock.now += 1
     assert observe(checks)[0] == OK
+
+
+def test_a_storm_of_one_action_names_it_once(tmp_path: Path) -> None:
+    every = XidThreshold(xids=None, count=2, window=60.0)
+    clock = Clock()
+    source = Source([xid(1, 13, T0), xid(1, 68, T0 + 1)])
+    _, messages, _ = observe(storm_monitor(tmp_path, source, clock, rules=(every,)))
+    assert messages[0].endswith("; action: restart the application")
+
+
+def test_an_xid_the_catalog_does_not_list_says_so(tmp_path: Path) -> None:
+    _, messages, _ = observe(monitor(tmp_path, Source([xid(0, 999, T0)])))
+    assert messages == [
+        f"GPU 0 (0000:1b:00.0): Xid 999, 1 time, first {utc(T0)}, last {utc(T0)}; "
+        "action: unknown (not in NVIDIA's Xid catalog)"
+    ]
+
+
+def test_the_condition_and_its_event_carry_the_action(tmp_path: Path) -> None:
+    checks = monitor(tmp_path, Source([xid(3, 79, T0)]))
+    state = state_of(checks.observe(FACTS), checks.reasons)
+    assert state is not None and state.reason == "XidError"
+    advice = "; action: reboot the node; if it recurs, contact support"
+    assert state.message.endswith(advice)
+    event = event_body(Transition(None, state), node=None, node_name="n1", now=T0)
+    assert event["message"] == state.message
+    assert len(state.message) <= MAX_MESSAGE

@@ -24,6 +24,7 @@ from gfd.facts import NodeFacts
 from gfd.health import CONDITION_TYPE, EventRules, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.health.taint import TAINT_KEY, HealthOutputs, NodeTaintWriter
+from gfd.health.xid_catalog import action_label
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
@@ -75,7 +76,8 @@ class Node:
 
     def xids(self, gpu: int, xid: int) -> float | None:
         return self.telemetry.registry.get_sample_value(
-            "gfd_gpu_xid_errors_total", {"gpu": str(gpu), "xid": str(xid)}
+            "gfd_gpu_xid_errors_total",
+            {"gpu": str(gpu), "xid": str(xid), "action": action_label(xid)},
         )
 
     def problems(self, check: str) -> float | None:
@@ -271,14 +273,18 @@ def test_an_xid_logged_before_gfd_started_and_a_later_one_both_report_are_counte
     with gfd_on(profile(faults=xid_79), client, stop, emulator, kernel_log=log) as node:
         assert node.agent.cycle().ok
         message = node.assert_unhealthy("XidError")
-        assert message.startswith(f"{address(PROFILE, 3)}: Xid 79, 1 time, first ")
+        assert message.startswith(
+            f"{address(PROFILE, 3)}: Xid 79 (GPU has fallen off the bus), 1 time, first "
+        )
         make_due(3)
         until(lambda: node.xids(3, 79) == 2)
         with log.open("a") as kernel:
             kernel.write(kmsg_record(3, 0.0, xid_line(bus, 79)))
         assert node.agent.cycle().ok
         _, _, message = node.condition()
-        assert message.startswith(f"{address(PROFILE, 3)}: Xid 79, 2 times, first ")
+        assert message.startswith(
+            f"{address(PROFILE, 3)}: Xid 79 (GPU has fallen off the bus), 2 times, first "
+        )
         assert node.xids(3, 79) == 2
         # Held from when each happened: the hold runs from the second.
         node.clock.now += HOLD
@@ -300,10 +306,11 @@ def test_an_xid_79_of_a_gpu_gone_from_nvml_is_named_by_its_address(
         status, reason, message = node.condition()
         # gpu-lost sees it too (on the PCI bus, not in NVML) and ranks first.
         assert (status, reason) == ("False", "GPULost")
-        assert "the GPU at 0000:df:00.0: Xid 79, 1 time" in message
+        assert "the GPU at 0000:df:00.0: Xid 79 (GPU has fallen off the bus), 1 time" in message
         assert (
             node.telemetry.registry.get_sample_value(
-                "gfd_gpu_xid_errors_total", {"gpu": "00000000:DF:00.0", "xid": "79"}
+                "gfd_gpu_xid_errors_total",
+                {"gpu": "00000000:DF:00.0", "xid": "79", "action": "restart_bm"},
             )
             == 1
         )

@@ -35,6 +35,7 @@ from gfd.errors import NvmlGpuLost
 from gfd.health import CONDITION_TYPE, EventRules, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, ConditionWriter, NodeConditionWriter, node_reader
 from gfd.health.taint import TAINT_KEY, HealthOutputs, NodeTaintWriter
+from gfd.health.xid_catalog import action_label
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
 from gfd.logs import get_logger
@@ -119,7 +120,8 @@ class Node:
 
     def xids(self, gpu: int, xid: int) -> float | None:
         return self.telemetry.registry.get_sample_value(
-            "gfd_gpu_xid_errors_total", {"gpu": str(gpu), "xid": str(xid)}
+            "gfd_gpu_xid_errors_total",
+            {"gpu": str(gpu), "xid": str(xid), "action": action_label(xid)},
         )
 
     def gauge(self, name: str, check: str) -> float | None:
@@ -216,7 +218,9 @@ def test_an_xid_79_on_gpu_3_turns_the_condition_within_one_cycle_and_clears_by_t
         assert node.agent.cycle().ok
         failing = node.condition()
         assert (failing["status"], failing["reason"]) == ("False", "XidError")
-        assert failing["message"].startswith(f"{address(PROFILE, 3)}: Xid 79, 1 time, first ")
+        assert failing["message"].startswith(
+            f"{address(PROFILE, 3)}: Xid 79 (GPU has fallen off the bus), 1 time, first "
+        )
         assert node.events() == [("XidError", "Warning")]
         assert node.xids(3, 79) == 1
         assert node.gauge("gfd_health_check_failing", "xid") == 1
@@ -448,7 +452,7 @@ def test_an_xid_due_during_the_first_cycles_read_is_reported(due_after: int) -> 
 
             def received() -> bool:
                 count = telemetry.registry.get_sample_value(
-                    "gfd_gpu_xid_errors_total", {"gpu": "3", "xid": "79"}
+                    "gfd_gpu_xid_errors_total", {"gpu": "3", "xid": "79", "action": "restart_bm"}
                 )
                 return count == 1
 

@@ -332,3 +332,28 @@ def test_prometheus_client_is_imported_only_when_metrics_are_on() -> None:
         "assert 'prometheus_client' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_each_xid_is_counted_with_the_action_nvidias_catalog_recommends(
+    telemetry: AgentTelemetry,
+) -> None:
+    from gfd.nvml.xid_events import XidEvent, XidGpu
+
+    gpu = XidGpu(index=3, bus_id="00000000:61:00.0", uuid="GPU-3")
+    for number in (79, 79, 95, 13, 999, 163):
+        telemetry.xid_error(XidEvent(gpu=gpu, xid=number, at=0.0))
+    counted = {
+        (sample.labels["xid"], sample.labels["action"]): sample.value
+        for family in telemetry.registry.collect()
+        if family.name == "gfd_gpu_xid_errors"
+        for sample in family.samples
+        if sample.name == "gfd_gpu_xid_errors_total"
+    }
+    assert counted == {
+        ("79", "restart_bm"): 2.0,
+        ("95", "reset_gpu"): 1.0,
+        ("13", "restart_app"): 1.0,
+        # Not in the catalog, or in it without an action.
+        ("999", "unknown"): 1.0,
+        ("163", "unknown"): 1.0,
+    }

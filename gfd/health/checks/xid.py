@@ -22,7 +22,10 @@ fatal Xid and no new storm Xid on it. The hold is timed on the check's clock fro
 Xid happened: an event's wall-clock time (``at``: when NVML delivered it, or when the
 kernel logged it) is turned into its age by :attr:`EventRules.wall_clock`, so an Xid the
 kernel logged before gfd started (replayed from the kernel log) is held from then, not
-from the restart. The message's times are UTC.
+from the restart. The message's times are UTC. Each problem ends with what NVIDIA's Xid
+catalog recommends doing about its Xid (:mod:`gfd.health.xid_catalog`): ``GPU 3
+(0000:61:00.0): Xid 79 (GPU has fallen off the bus), 1 time, first ..., last ...; action:
+reboot the node; if it recurs, contact support``.
 
 It cannot decide (never healthy or failing) what it cannot see: a run without a watcher
 and without a kernel log (a one-shot run: no event can arrive in one cycle), a watcher
@@ -51,6 +54,7 @@ from gfd.health.check import (
     Problem,
     gpu_name,
 )
+from gfd.health.xid_catalog import action_words, advice, describe
 from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
@@ -106,6 +110,19 @@ class _Storm:
 def utc(seconds: float) -> str:
     """Whole-second UTC time in ISO 8601: ``2026-12-04T07:10:05Z``."""
     return dt.datetime.fromtimestamp(int(seconds), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def storm_advice(xids: set[int]) -> str:
+    """NVIDIA's immediate action for each Xid of a storm, one per action:
+    ``action: restart the application (Xid 13, 31), none needed (Xid 43)``."""
+    by_action: dict[str, list[int]] = {}
+    for xid in sorted(xids):
+        by_action.setdefault(action_words(xid), []).append(xid)
+    if len(by_action) == 1:
+        return f"action: {next(iter(by_action))}"
+    return "action: " + ", ".join(
+        f"{words} (Xid {', '.join(map(str, numbers))})" for words, numbers in by_action.items()
+    )
 
 
 class XidCheck:
@@ -220,8 +237,9 @@ class XidCheck:
                     Problem(
                         XID_CHECK,
                         REASON_XID,
-                        f"{where}: Xid {xid}, {known.count} time{'s' if known.count != 1 else ''}"
-                        f", first {utc(known.first)}, last {utc(known.last)}",
+                        f"{where}: {describe(xid)}, {known.count} "
+                        f"time{'s' if known.count != 1 else ''}, first {utc(known.first)}, "
+                        f"last {utc(known.last)}; {advice(xid)}",
                     )
                 )
             storms = sorted(self._storms.get(uuid, {}).items(), key=lambda item: item[0].describe())
@@ -234,7 +252,7 @@ class XidCheck:
                         f"{where}: Xid storm, {storm.count} of Xid "
                         f"{', '.join(map(str, sorted(storm.xids)))} (at least {rule.count} "
                         f"within {format_duration(rule.window)}), first {utc(storm.first)}, "
-                        f"last {utc(storm.last)}",
+                        f"last {utc(storm.last)}; {storm_advice(storm.xids)}",
                     )
                 )
         return tuple(problems)
