@@ -11,7 +11,7 @@ RUNTIME_STAMP := $(VENV)/.gfd-runtime
 STAMP  := $(VENV)/.gfd-installed
 C_SOURCES := $(wildcard gfd/*/*.c gfd/*/*.h)
 
-.PHONY: demo test test-stress lint bench chart image lock profiles clean
+.PHONY: demo test test-stress lint bench chart dashboard image lock profiles clean
 
 # Running gfd: the image's dependencies (requirements/image.lock: gfd with its kubernetes
 # and metrics extras) and what building gfd's C parts needs (requirements/build.lock), all
@@ -75,6 +75,12 @@ chart:
 	@$(BIN)/python scripts/render_chart.py $(foreach file,$(VALUES),--values $(file)) \
 		$(foreach expression,$(SET),--set $(expression)) \
 		$(if $(RELEASE),--release $(RELEASE)) $(if $(NAMESPACE),--namespace $(NAMESPACE))
+
+# The Grafana dashboard, built by Grafana's grafana-foundation-sdk (from ci.lock), into the
+# chart (deploy/helm/gfd/dashboards/) and the kustomize component
+# (deploy/components/grafana-dashboard/); tests/deploy/test_dashboard.py asks for it.
+dashboard: $(STAMP)
+	$(BIN)/python scripts/dashboard.py
 
 # The bundled simulator profiles' parsed twins (gfd/sim/parsed_profiles.py), after a
 # profile under gfd/sim/profiles/ was edited; tests/sim/test_parsed_profiles.py asks for it.

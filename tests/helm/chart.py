@@ -59,6 +59,11 @@ OVERLAY_VALUES: dict[str, Values] = {
 COMPONENT_VALUES: dict[str, tuple[str, tuple[str, ...], Values]] = {
     "health-taint": ("standalone", ("health-taint",), {"healthTaint": {"enabled": True}}),
     "kernel-log": ("standalone", ("kernel-log",), {"health": {"kernelLog": {"enabled": True}}}),
+    "grafana-dashboard": (
+        "standalone",
+        ("grafana-dashboard",),
+        {"metrics": {"grafanaDashboard": {"enabled": True}}},
+    ),
 }
 
 SHARING_CONFIG = """\
@@ -126,6 +131,16 @@ MATRIX: dict[str, Values] = {
     "no-metrics": {"metrics": {"enabled": False}},
     "service-monitor": {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}
+    },
+    "grafana-dashboard-placed": {
+        "metrics": {
+            "grafanaDashboard": {
+                "enabled": True,
+                "namespace": "monitoring",
+                "labels": {"grafana_dashboard": "gpu", "team": "ml-platform"},
+                "annotations": {"grafana_folder": "GPUs"},
+            }
+        }
     },
 }
 

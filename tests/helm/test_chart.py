@@ -9,6 +9,7 @@ tests/helm/chart.py's ``engine`` and tests/deploy/manifests.py's ``kubectl``).""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -137,9 +138,9 @@ def test_renders_what_the_overlay_with_a_component_renders(
     assert sorted(chart, key=str) == sorted(kustomized, key=str)
     for key, obj in kustomized.items():
         assert chart[key] == obj, f"{case}: {key} differs between the chart and deploy/"
-    # And the component changes what it says it does: the overlay alone differs.
-    key = ("DaemonSet", "gpu-feature-discovery", "gfd")
-    assert kustomize_as_chart(overlay)[key] != kustomized[key]
+    # And the component changes what it says it does: the overlay alone differs (the
+    # DaemonSet's arguments, or an object the component adds).
+    assert kustomize_as_chart(overlay) != kustomized
 
 
 def test_the_comparison_sees_a_changed_policy(helm: Helm) -> None:
@@ -469,6 +470,47 @@ def test_service_monitor(helm: Helm) -> None:
     assert not find(helm.template({}), "ServiceMonitor")
 
 
+def _dashboard_map(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [o for o in find(objects, "ConfigMap") if o["metadata"]["name"] == "gfd-dashboard"]
+    return found
+
+
+def test_grafana_dashboard_is_an_opt_in(helm: Helm) -> None:
+    assert not [o for o in find(helm.template({}), "ConfigMap") if "dashboard" in str(o)]
+    config_map = _dashboard_map(helm.template(MATRIX["grafana-dashboard"]))
+    assert config_map["metadata"]["namespace"] == "gpu-feature-discovery"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert "annotations" not in config_map["metadata"]
+    # What the sidecar loads: one key, a dashboard Grafana can read, and exactly the
+    # committed file (tests/deploy/test_dashboard.py holds that to the generator).
+    (key,) = config_map["data"]
+    assert key.endswith(".json")
+    board = json.loads(config_map["data"][key])
+    assert board["uid"] == "gfd-fleet" and board["title"]
+    assert {v["name"]: v["type"] for v in board["templating"]["list"]} == {
+        "datasource": "datasource",
+        "node": "query",
+    }
+    panels = [p for p in board["panels"] if p["type"] != "row"]
+    assert panels and all(p["targets"] for p in panels)
+    committed = (CHART_DIR / "dashboards" / "gfd.json").read_text(encoding="utf-8")
+    assert config_map["data"][key] == committed
+
+
+def test_grafana_dashboard_goes_where_the_sidecar_looks(helm: Helm) -> None:
+    metadata = _dashboard_map(helm.template(MATRIX["grafana-dashboard-placed"]))["metadata"]
+    assert metadata["namespace"] == "monitoring"
+    # The labels may change the sidecar's label value (its labelValue setting).
+    assert metadata["labels"]["grafana_dashboard"] == "gpu"
+    assert metadata["labels"]["team"] == "ml-platform"
+    assert metadata["annotations"] == {"grafana_folder": "GPUs"}
+
+
+def test_grafana_dashboard_needs_the_metrics(helm: Helm) -> None:
+    refused = helm.refusal({"metrics": {"enabled": False, "grafanaDashboard": {"enabled": True}}})
+    assert "metrics.grafanaDashboard.enabled needs metrics.enabled" in refused
+
+
 def test_metrics_off_removes_the_probes(helm: Helm) -> None:
     container = pod_spec(workload(helm.template(MATRIX["no-metrics"])))["containers"][0]
     assert "livenessProbe" not in container and "ports" not in container
@@ -504,6 +546,12 @@ REFUSED = [
     ({"labelMode": "dra"}, "/labelMode"),
     ({"metrics": {"port": -1}}, "/metrics/port"),
     ({"metrics": {"serviceMonitor": {"interval": "-30s"}}}, "/metrics/serviceMonitor/interval"),
+    ({"metrics": {"grafanaDashboard": {"enabled": "yes"}}}, "/metrics/grafanaDashboard/enabled"),
+    (
+        {"metrics": {"grafanaDashboard": {"namespace": "Monitoring"}}},
+        "/metrics/grafanaDashboard/namespace",
+    ),
+    ({"metrics": {"grafanaDashboard": {"folder": "GPUs"}}}, "folder"),
     ({"failOnInitError": "sometimes"}, "/failOnInitError"),
     ({"migStratgy": "mixed"}, "migStratgy"),
     ({"config": {"fallbackStrategies": ["first"]}}, "/config/fallbackStrategies/0"),
