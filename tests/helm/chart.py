@@ -59,6 +59,11 @@ OVERLAY_VALUES: dict[str, Values] = {
 COMPONENT_VALUES: dict[str, tuple[str, tuple[str, ...], Values]] = {
     "health-taint": ("standalone", ("health-taint",), {"healthTaint": {"enabled": True}}),
     "kernel-log": ("standalone", ("kernel-log",), {"health": {"kernelLog": {"enabled": True}}}),
+    "prometheus-rule": (
+        "standalone",
+        ("prometheus-rule",),
+        {"metrics": {"prometheusRule": {"enabled": True}}},
+    ),
 }
 
 SHARING_CONFIG = """\
@@ -124,13 +129,23 @@ MATRIX: dict[str, Values] = {
     "health-taint-no-execute": {"healthTaint": {"enabled": True, "effect": "NoExecute"}},
     "on-delete": {"updateStrategy": {"type": "OnDelete"}},
     "no-metrics": {"metrics": {"enabled": False}},
+    "prometheus-rule-labelled": {
+        "metrics": {
+            "prometheusRule": {
+                "enabled": True,
+                "labels": {"release": "prometheus"},
+                "additionalLabels": {"team": "gpu", "severity": "page"},
+                "runbookBaseURL": "https://docs.example/gfd/",
+            }
+        }
+    },
     "service-monitor": {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}
     },
 }
 
 #: Kinds that are custom resources of other projects: no built-in schema, no CRD on the server.
-FOREIGN_KINDS = ("ServiceMonitor",)
+FOREIGN_KINDS = ("ServiceMonitor", "PrometheusRule")
 
 #: ``helm lint`` severities (Helm's support.Severity): INFO is advice ("icon is
 #: recommended"); ``--strict`` fails on WARNING and ERROR, and so do these tests.

@@ -138,8 +138,7 @@ def test_renders_what_the_overlay_with_a_component_renders(
     for key, obj in kustomized.items():
         assert chart[key] == obj, f"{case}: {key} differs between the chart and deploy/"
     # And the component changes what it says it does: the overlay alone differs.
-    key = ("DaemonSet", "gpu-feature-discovery", "gfd")
-    assert kustomize_as_chart(overlay)[key] != kustomized[key]
+    assert kustomize_as_chart(overlay) != kustomized
 
 
 def test_the_comparison_sees_a_changed_policy(helm: Helm) -> None:
@@ -467,6 +466,22 @@ def test_service_monitor(helm: Helm) -> None:
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     assert service["spec"]["selector"] == workload(objects)["spec"]["selector"]["matchLabels"]
     assert not find(helm.template({}), "ServiceMonitor")
+
+
+def test_prometheus_rule_labels_and_runbook_base(helm: Helm) -> None:
+    assert not find(helm.template({}), "PrometheusRule")
+    rule = one(helm.template(MATRIX["prometheus-rule-labelled"]), "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert alerts and all(a["labels"]["team"] == "gpu" for a in alerts)
+    # An alert's own severity wins over additionalLabels.
+    assert {a["labels"]["severity"] for a in alerts} == {"critical", "warning", "info"}
+    assert all(
+        a["annotations"]["runbook_url"].startswith("https://docs.example/gfd/docs/health.md#")
+        for a in alerts
+    )
+    with pytest.raises(Exception, match="needs metrics.enabled"):
+        helm.template({"metrics": {"enabled": False, "prometheusRule": {"enabled": True}}})
 
 
 def test_metrics_off_removes_the_probes(helm: Helm) -> None:
