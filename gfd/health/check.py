@@ -92,7 +92,9 @@ def gpu_name(index: int | None, address: str | None) -> str:
 
 
 _NAMED_BY_INDEX = re.compile(r"^GPU (\d+) \(")
-_NAMED_BY_ADDRESS = re.compile(r"^the GPU at ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])")
+_NAMED_BY_ADDRESS = re.compile(
+    r"^the GPU at ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
+)
 
 
 def gpu_named(message: str) -> str | None:

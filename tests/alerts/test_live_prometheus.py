@@ -134,7 +134,11 @@ def test_prometheus_fires_the_expected_alerts(tmp_path: Path) -> None:
             while time.monotonic() - started < DEADLINE:
                 alerts = get(f"{url}/api/v1/alerts")["data"]["alerts"]
                 firing = {
-                    (a["labels"]["alertname"], a["labels"].get("node", ""), a["labels"].get("gpu", ""))
+                    (
+                        a["labels"]["alertname"],
+                        a["labels"].get("node", ""),
+                        a["labels"].get("gpu", ""),
+                    )
                     for a in alerts
                     if a["state"] == "firing"
                 }
@@ -144,9 +148,7 @@ def test_prometheus_fires_the_expected_alerts(tmp_path: Path) -> None:
             assert want <= firing, f"after {DEADLINE}s, alerts: {json.dumps(alerts, indent=1)}"
             # Every target is up and scraped, and nothing fires for the healthy node's pod.
             up = get(f"{url}/api/v1/query?query=up")["data"]["result"]
-            assert {r["metric"]["pod"]: r["value"][1] for r in up} == {
-                pod: "1" for pod in targets
-            }
+            assert {r["metric"]["pod"]: r["value"][1] for r in up} == {pod: "1" for pod in targets}
             healthy_alerts = [
                 a
                 for a in alerts

@@ -93,7 +93,7 @@ def per_gpu_tests() -> list[dict[str, Any]]:
         for problems in PROBLEMS.values()
         for labels in problems
     ]
-    checks = []
+    checks: list[dict[str, Any]] = []
     for name, problems in PROBLEMS.items():
         checks.append({"eval_time": "4m", "alertname": name, "exp_alerts": []})
         checks.append(
@@ -133,7 +133,11 @@ def agent_tests() -> list[dict[str, Any]]:
         "input_series": [*up, series("gfd_build_info", {**other, "version": "0.1.0"}, "1x20")],
         "alert_rule_test": [
             {"eval_time": "4m", "alertname": "GfdDown", "exp_alerts": []},
-            {"eval_time": "6m", "alertname": "GfdDown", "exp_alerts": [expected("GfdDown", TARGET)]},
+            {
+                "eval_time": "6m",
+                "alertname": "GfdDown",
+                "exp_alerts": [expected("GfdDown", TARGET)],
+            },
             {"eval_time": "20m", "alertname": "GfdAbsent", "exp_alerts": []},
         ],
     }
@@ -142,7 +146,11 @@ def agent_tests() -> list[dict[str, Any]]:
         "input_series": [series("up", other, "1x20")],
         "alert_rule_test": [
             {"eval_time": "14m", "alertname": "GfdAbsent", "exp_alerts": []},
-            {"eval_time": "16m", "alertname": "GfdAbsent", "exp_alerts": [expected("GfdAbsent", {})]},
+            {
+                "eval_time": "16m",
+                "alertname": "GfdAbsent",
+                "exp_alerts": [expected("GfdAbsent", {})],
+            },
         ],
     }
     failing = {**TARGET}
@@ -185,10 +193,17 @@ def agent_tests() -> list[dict[str, Any]]:
     }
     nvml = {
         "interval": "1m",
-        "input_series": [series("gfd_nvml_up", TARGET, "0x10"), series("gfd_nvml_up", other, "1x10")],
+        "input_series": [
+            series("gfd_nvml_up", TARGET, "0x10"),
+            series("gfd_nvml_up", other, "1x10"),
+        ],
         "alert_rule_test": [
             {"eval_time": "4m", "alertname": "GfdNVMLDown", "exp_alerts": []},
-            {"eval_time": "6m", "alertname": "GfdNVMLDown", "exp_alerts": [expected("GfdNVMLDown", TARGET)]},
+            {
+                "eval_time": "6m",
+                "alertname": "GfdNVMLDown",
+                "exp_alerts": [expected("GfdNVMLDown", TARGET)],
+            },
         ],
     }
     return [down, absent, cycles, stale, nvml]
@@ -222,9 +237,7 @@ def drift_tests() -> list[dict[str, Any]]:
                 "eval_time": "65m",
                 "alertname": "GPUDriverVersionDrift",
                 "exp_alerts": [
-                    expected(
-                        "GPUDriverVersionDrift", {"node": n, "driver_version": d}
-                    )
+                    expected("GPUDriverVersionDrift", {"node": n, "driver_version": d})
                     for n, d in (("gpu-node-1", "570.148.08"), ("gpu-node-2", "570.172.08"))
                 ],
             },
@@ -301,9 +314,7 @@ def test_promtool_sees_a_wrong_expectation(tmp_path: Path) -> None:
     tests = unit_tests()
     tests[0]["alert_rule_test"][1]["exp_alerts"] = []
     path = tmp_path / "wrong.test.yaml"
-    path.write_text(
-        yaml.safe_dump({"rule_files": ["gfd-alerts.yaml"], "tests": tests}), "utf-8"
-    )
+    path.write_text(yaml.safe_dump({"rule_files": ["gfd-alerts.yaml"], "tests": tests}), "utf-8")
     done = run("test", "rules", path, cwd=tmp_path)
     assert done.returncode != 0 and "GPULost" in done.stdout + done.stderr
 

@@ -12,7 +12,6 @@ renders both and compares them field for field.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml

@@ -125,7 +125,9 @@ def test_a_gpu_that_leaves_the_facts_leaves_no_series() -> None:
 def test_a_reload_to_another_node_name_moves_every_series() -> None:
     telemetry = telemetry_of("t4-single", node="old")
     telemetry.health_checked(
-        Verdict((CheckResult("pcie", FAILING, (Problem("pcie", "PCIeLinkDegraded", "GPU 0 (x)"),)),)),
+        Verdict(
+            (CheckResult("pcie", FAILING, (Problem("pcie", "PCIeLinkDegraded", "GPU 0 (x)"),)),)
+        ),
         None,
     )
     telemetry.set_node_name("new")
@@ -229,8 +231,9 @@ def test_an_agent_shows_a_link_trained_down_and_an_xid(tmp_path: Path) -> None:
         text = agent.get("/metrics")[1]
     width = samples(text, "gfd_gpu_pcie_link_width")
     assert width[frozenset({("node", "node-b"), ("gpu", "2")})] == 8.0
-    assert samples(text, "gfd_gpu_pcie_link_width_max")[
-        frozenset({("node", "node-b"), ("gpu", "2")})
-    ] == 16.0
+    assert (
+        samples(text, "gfd_gpu_pcie_link_width_max")[frozenset({("node", "node-b"), ("gpu", "2")})]
+        == 16.0
+    )
     assert width[frozenset({("node", "node-b"), ("gpu", "1")})] == 16.0
     assert "_created" not in text
