@@ -76,6 +76,14 @@ ORACLES: dict[str, Oracle] = {
             registry="Debian (etcd-server)",
             setup="apt-get install etcd-server, then ETCD_BIN=$(command -v etcd)",
         ),
+        Oracle(
+            "prometheus",
+            "PROMETHEUS_DIR",
+            "Prometheus' server and promtool, the ones Debian ships, for gfd's alerts",
+            registry="Debian (prometheus)",
+            setup="apt-get install prometheus, or put promtool and prometheus on PATH",
+            program="promtool",
+        ),
         Oracle("mock-nvml", "NVIDIA_MOCK_NVML_DIR", "NVIDIA's mock NVML (k8s-test-infra)"),
         Oracle(
             "reference-gfd",

@@ -38,6 +38,7 @@ class Telemetry(Protocol):
     def cycle_succeeded(self, duration: float, labels_published: int) -> None: ...
     def cycle_failed(self, kind: str, duration: float) -> None: ...
     def nvml_up(self, up: bool) -> None: ...
+    def facts_read(self, facts: NodeFacts) -> None: ...
     def topology_failed(self) -> None: ...
 
 
@@ -75,6 +76,9 @@ class NullTelemetry:
         return None
 
     def nvml_up(self, up: bool) -> None:
+        return None
+
+    def facts_read(self, facts: NodeFacts) -> None:
         return None
 
     def topology_failed(self) -> None:
@@ -230,6 +234,7 @@ class Agent:
         except Exception as exc:
             return _internal_failure("reading the facts", exc)
         self._telemetry.nvml_up(True)
+        self._telemetry.facts_read(facts)
         health_labels = self._health_step("check", lambda watch: watch.observe(facts, None))
         try:
             with self._interruptible():

@@ -42,7 +42,9 @@ class MetricsEndpoint:
             from gfd.metrics import AgentTelemetry
 
             if telemetry is None:
-                telemetry = AgentTelemetry(sleep_interval=settings.sleep_interval)
+                telemetry = AgentTelemetry(
+                    sleep_interval=settings.sleep_interval, node_name=settings.node_name or ""
+                )
             server = telemetry.serve(address)
 
         def commit() -> None:
@@ -62,6 +64,7 @@ class MetricsEndpoint:
     def _set_interval(self, settings: Settings) -> None:
         if self.telemetry is not None:
             self.telemetry.set_sleep_interval(settings.sleep_interval)
+            self.telemetry.set_node_name(settings.node_name or "")
 
     def reload_failed(self, reason: str) -> None:
         if self.telemetry is not None:

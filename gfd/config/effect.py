@@ -226,8 +226,9 @@ RUN_IDLE_RULES: tuple[IdleRule, ...] = (
     ),
     IdleRule(
         "node_name",
-        lambda s: not _kubernetes_used(s),
-        "without --patch-node or --use-node-feature-api",
+        # The metrics name the node too (the per-GPU series' node label).
+        lambda s: not _kubernetes_used(s) and not s.metrics_address,
+        "without --patch-node, --use-node-feature-api or --metrics-address",
         warn_only=True,
     ),
     IdleRule(

@@ -11,6 +11,7 @@ and how messages name a GPU (:class:`GpuDirectory`). It knows no check by name.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field
@@ -88,6 +89,24 @@ def gpu_name(index: int | None, address: str | None) -> str:
     """``GPU 3 (0000:8a:00.0)`` — how messages name a GPU."""
     where = address or "bus id unknown"
     return f"GPU {index} ({where})" if index is not None else f"the GPU at {where}"
+
+
+_NAMED_BY_INDEX = re.compile(r"^GPU (\d+) \(")
+_NAMED_BY_ADDRESS = re.compile(
+    r"^the GPU at ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])"
+)
+
+
+def gpu_named(message: str) -> str | None:
+    """The GPU a problem's message is about, as :func:`gpu_name` wrote it at its start:
+    its index (``"3"``), or its bus id when NVML's index is unknown; None for a problem
+    of the node (the device plugin's). The metrics' ``gpu`` label, the same as
+    ``gfd_gpu_xid_errors``'."""
+    named = _NAMED_BY_INDEX.match(message)
+    if named is not None:
+        return named.group(1)
+    at = _NAMED_BY_ADDRESS.match(message)
+    return at.group(1) if at is not None else None
 
 
 def blind_spots(blind: Mapping[str, Iterable[int]]) -> str:

@@ -29,6 +29,7 @@ from gfd.metrics.server import DEFAULT_METRICS_ADDRESS, MetricsServer, serve
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from gfd.facts import NodeFacts
     from gfd.health import HealthState, Verdict
     from gfd.nvml.xid_events import XidEvent
 
@@ -37,13 +38,35 @@ if TYPE_CHECKING:
 CYCLE_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
+def registry_without_created() -> CollectorRegistry:
+    """A registry whose exposition has no ``*_created`` series.
+
+    ``prometheus_client`` adds one to every counter, histogram and summary; Prometheus
+    stores each as a series of its own that no rule or dashboard of gfd's reads.
+    ``prometheus_client.disable_created_metrics()`` would drop them for every registry in
+    the process (the tests' included), so this registry drops them from its own
+    collection only.
+    """
+    import prometheus_client
+
+    class _Registry(prometheus_client.CollectorRegistry):
+        def collect(self):  # type: ignore[no-untyped-def]
+            for metric in super().collect():
+                if metric.type in ("counter", "histogram", "summary", "gaugehistogram"):
+                    metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+                yield metric
+
+    return _Registry()
+
+
 class AgentTelemetry:
     """Prometheus metrics plus the liveness and readiness state of the agent loop.
 
     ``registry``: where the metrics go; by default a fresh registry with the
     process and platform collectors, so several instances (tests) never clash.
     ``clock`` measures intervals (monotonic); ``wall_clock`` stamps the last
-    success (Unix seconds).
+    success (Unix seconds). ``node_name``: the ``node`` label of the per-GPU series
+    (:mod:`gfd.metrics.gpus`), the node gfd labels; empty when unknown.
     """
 
     def __init__(
@@ -55,8 +78,11 @@ class AgentTelemetry:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        node_name: str = "",
     ) -> None:
         import prometheus_client
+
+        from gfd.metrics.gpus import GpuCollector
 
         liveness_window = liveness_window_for(sleep_interval, margin=liveness_margin)
         if liveness_window is not None and liveness_window <= 0:
@@ -64,7 +90,7 @@ class AgentTelemetry:
         if cycle_deadline <= 0:
             raise ConfigError(f"cycle deadline must be positive, got {cycle_deadline!r}")
         if registry is None:
-            registry = prometheus_client.CollectorRegistry()
+            registry = registry_without_created()
             prometheus_client.ProcessCollector(registry=registry)
             prometheus_client.PlatformCollector(registry=registry)
         self.registry = registry
@@ -78,6 +104,10 @@ class AgentTelemetry:
         self._cycle_started_at: float | None = None
         self._last_cycle_ended_at = clock()
         self._succeeded_once = False
+        self._node_name = node_name
+        self._facts: NodeFacts | None = None
+        self._gpus = GpuCollector()
+        registry.register(self._gpus)
 
         from gfd import __version__
 
@@ -116,6 +146,13 @@ class AgentTelemetry:
             "Unix time the last successful cycle ended; 0 before the first.",
             registry=registry,
         )
+        self._sleep_interval = prometheus_client.Gauge(
+            "gfd_sleep_interval_seconds",
+            "The configured interval between cycles (+Inf with --sleep-interval infinite): "
+            "labels not refreshed for three of them are stale.",
+            registry=registry,
+        )
+        self._sleep_interval.set(_interval_value(sleep_interval))
         self._nvml_up = prometheus_client.Gauge(
             "gfd_nvml_up",
             "1 when the last NVML read worked, else 0.",
@@ -212,9 +249,36 @@ class AgentTelemetry:
     def nvml_up(self, up: bool) -> None:
         self._nvml_up.set(1 if up else 0)
 
+    def facts_read(self, facts: NodeFacts) -> None:
+        """A cycle read the facts: the per-GPU series now show these GPUs, and only these.
+
+        A failed read changes nothing: the series keep the last GPUs read (``gfd_nvml_up``
+        says NVML is down)."""
+        if facts is self._facts:
+            return  # the reader hands back the same object for an unchanged machine
+        from gfd.metrics.gpus import gpu_series
+
+        self._facts = facts
+        self._gpus.series = gpu_series(facts, self._node_name)
+
+    def set_node_name(self, node_name: str) -> None:
+        """A reload named another node: every per-GPU series moves to it at once."""
+        if node_name == self._node_name:
+            return
+        from gfd.metrics.gpus import gpu_series
+
+        self._node_name = node_name
+        if self._facts is not None:
+            self._gpus.series = gpu_series(self._facts, node_name)
+        self._gpus.problems = {
+            check: tuple(((node_name, *labels[1:]), value) for labels, value in rows)
+            for check, rows in self._gpus.problems.items()
+        }
+
     def set_sleep_interval(self, sleep_interval: float | None) -> None:
         """A reload changed the interval: the liveness window moves with it, at once."""
         window = liveness_window_for(sleep_interval, margin=self._liveness_margin)
+        self._sleep_interval.set(_interval_value(sleep_interval))
         with self._lock:
             self._liveness_window = window
 
@@ -237,7 +301,12 @@ class AgentTelemetry:
     def health_checked(self, verdict: Verdict, state: HealthState | None) -> None:
         """One cycle's GPU health checks; a check that could not run keeps its last values."""
         from gfd.health import CANNOT_DECIDE, FAILING, UNKNOWN
+        from gfd.metrics.gpus import problem_rows
 
+        self._gpus.problems = {
+            **self._gpus.problems,
+            **problem_rows(verdict, self._node_name),
+        }
         for result in verdict.results:
             if result.state == UNKNOWN:
                 continue
@@ -298,3 +367,8 @@ class AgentTelemetry:
     def _end_cycle(self) -> None:
         self._cycle_started_at = None
         self._last_cycle_ended_at = self._clock()
+
+
+def _interval_value(sleep_interval: float | None) -> float:
+    """The interval as a sample: None (``infinite``) is +Inf, so ``3 * interval`` never passes."""
+    return float("inf") if sleep_interval is None else float(sleep_interval)

@@ -232,6 +232,9 @@ class CountingTelemetry:
     def nvml_up(self, up: bool) -> None:
         return None
 
+    def facts_read(self, facts: NodeFacts) -> None:
+        return None
+
     def topology_failed(self) -> None:
         return None
 

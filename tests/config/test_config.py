@@ -420,17 +420,17 @@ def test_no_flag_is_ever_abbreviated(argv: list[str]) -> None:
         ),
         (
             ["--oneshot", "soon"],
-            "unexpected word 'soon': gfd takes flags and at most one subcommand (run, labels, facts, topo, cleanup, doctor, explain, select)",
+            "unexpected word 'soon': gfd takes flags and at most one subcommand (run, labels, facts, topo, cleanup, doctor, explain, select, fleet)",
         ),
         (["labels", "topo"], "unexpected word 'topo': gfd takes flags and at most one subcommand"),
         (["--", "labels"], "unexpected word '--'"),
         (
             ["--format", "json", "labels"],
-            "--format applies to facts, topo, doctor, explain, select only (gfd facts --format json), not to labels",
+            "--format applies to facts, topo, doctor, explain, select, fleet only (gfd facts --format json), not to labels",
         ),
         (
             ["--format=json"],
-            "--format applies to facts, topo, doctor, explain, select only (gfd facts --format json), not to run",
+            "--format applies to facts, topo, doctor, explain, select, fleet only (gfd facts --format json), not to run",
         ),
         (
             ["--simulat", "t4-single"],

@@ -155,7 +155,7 @@ def test_a_run_flag_that_does_nothing_here_is_refused(argv: list[str], error: st
     ("argv", "warning"),
     [
         (["--oneshot", "--sleep-interval", "5m"], "--sleep-interval has no effect with --oneshot"),
-        (["--node-name", "n1"], "--node-name has no effect without --patch-node or --use-node-feature-api"),
+        (["--node-name", "n1"], "--node-name has no effect without --patch-node, --use-node-feature-api or --metrics-address"),
         (["--kubeconfig", "kc"], "--kubeconfig has no effect without --patch-node"),
         (["--patch-node", "--node-name", "n", "--namespace", "ns"], "--namespace has no effect without --use-node-feature-api"),
         (["--pod-name", "p"], "--pod-name has no effect without --use-node-feature-api"),

@@ -64,6 +64,11 @@ COMPONENT_VALUES: dict[str, tuple[str, tuple[str, ...], Values]] = {
         ("grafana-dashboard",),
         {"metrics": {"grafanaDashboard": {"enabled": True}}},
     ),
+    "prometheus-rule": (
+        "standalone",
+        ("prometheus-rule",),
+        {"metrics": {"prometheusRule": {"enabled": True}}},
+    ),
 }
 
 SHARING_CONFIG = """\
@@ -129,6 +134,16 @@ MATRIX: dict[str, Values] = {
     "health-taint-no-execute": {"healthTaint": {"enabled": True, "effect": "NoExecute"}},
     "on-delete": {"updateStrategy": {"type": "OnDelete"}},
     "no-metrics": {"metrics": {"enabled": False}},
+    "prometheus-rule-labelled": {
+        "metrics": {
+            "prometheusRule": {
+                "enabled": True,
+                "labels": {"release": "prometheus"},
+                "additionalLabels": {"team": "gpu", "severity": "page"},
+                "runbookBaseURL": "https://docs.example/gfd/",
+            }
+        }
+    },
     "service-monitor": {
         "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}}
     },
@@ -145,7 +160,7 @@ MATRIX: dict[str, Values] = {
 }
 
 #: Kinds that are custom resources of other projects: no built-in schema, no CRD on the server.
-FOREIGN_KINDS = ("ServiceMonitor",)
+FOREIGN_KINDS = ("ServiceMonitor", "PrometheusRule")
 
 #: ``helm lint`` severities (Helm's support.Severity): INFO is advice ("icon is
 #: recommended"); ``--strict`` fails on WARNING and ERROR, and so do these tests.

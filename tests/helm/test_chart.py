@@ -511,6 +511,22 @@ def test_grafana_dashboard_needs_the_metrics(helm: Helm) -> None:
     assert "metrics.grafanaDashboard.enabled needs metrics.enabled" in refused
 
 
+def test_prometheus_rule_labels_and_runbook_base(helm: Helm) -> None:
+    assert not find(helm.template({}), "PrometheusRule")
+    rule = one(helm.template(MATRIX["prometheus-rule-labelled"]), "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert alerts and all(a["labels"]["team"] == "gpu" for a in alerts)
+    # An alert's own severity wins over additionalLabels.
+    assert {a["labels"]["severity"] for a in alerts} == {"critical", "warning", "info"}
+    assert all(
+        a["annotations"]["runbook_url"].startswith("https://docs.example/gfd/docs/health.md#")
+        for a in alerts
+    )
+    with pytest.raises(Exception, match="needs metrics.enabled"):
+        helm.template({"metrics": {"enabled": False, "prometheusRule": {"enabled": True}}})
+
+
 def test_metrics_off_removes_the_probes(helm: Helm) -> None:
     container = pod_spec(workload(helm.template(MATRIX["no-metrics"])))["containers"][0]
     assert "livenessProbe" not in container and "ports" not in container

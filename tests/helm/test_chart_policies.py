@@ -33,3 +33,9 @@ def test_a_policy_of_another_shape_is_refused() -> None:
     text = source(policy).read_text("utf-8").replace(":gfd'", ":labeller'")
     with pytest.raises(PolicySourceError, match="not found"):
         render(policy, text)
+
+
+def test_chart_rules_are_written_from_deploy() -> None:
+    from tests.helm.chart_rules import stale as rules_stale
+
+    assert not rules_stale(), "run `python -m tests.helm.chart_rules` and commit the result"
