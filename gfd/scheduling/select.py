@@ -61,7 +61,7 @@ _MEMORY_UNITS = {
     "GB": Fraction(10**9),
     "TB": Fraction(10**12),
 }
-_PROFILE = re.compile(r"^\d+g\.\d+gb(\+[a-z]+)?$")
+_PROFILE = re.compile(r"^\d+g\.\d+gb([+.][a-z]+)*$")
 
 
 @frozen_dataclass
@@ -116,7 +116,15 @@ def parse_version_requirement(what: str, text: str) -> VersionRequirement:
             f"{flag} {echo(text)}: the version must be 1 to {len(labels)} numbers joined "
             f"by dots (write {flag} '{operator}12.8')"
         )
-    return VersionRequirement(what, operator, tuple(int(p) for p in pieces))
+    parts = [int(p) for p in pieces]
+    if operator in (">=", "<"):
+        # >=8.0 is >=8, <12.0 is <12: the same versions, and no bound below 0 to print.
+        while len(parts) > 1 and parts[-1] == 0:
+            parts.pop()
+    if operator in (">=", "<") and parts == [0]:
+        matches = "every version" if operator == ">=" else "no version"
+        raise ConfigError(f"{flag} {echo(text)}: matches {matches}; drop it")
+    return VersionRequirement(what, operator, tuple(parts))
 
 
 def parse_memory(text: str) -> int:
@@ -146,11 +154,13 @@ def check_interconnect(value: str) -> str:
 
 
 def check_mig_profile(value: str) -> str:
+    """A MIG profile as gfd and the device plugin name it: ``1g.5gb+me`` (NVML's) is
+    ``1g.5gb.me`` in ``nvidia.com/mig-1g.5gb.me`` and its labels."""
     if not _PROFILE.match(value):
         raise ConfigError(
             f"--mig-profile {echo(value)}: not a MIG profile (write --mig-profile 1g.10gb)"
         )
-    return value
+    return value.replace("+", ".")
 
 
 def _expression(key: str, operator: str, values: Sequence[object] = ()) -> dict[str, Any]:
@@ -160,21 +170,31 @@ def _expression(key: str, operator: str, values: Sequence[object] = ()) -> dict[
     return found
 
 
+def _equal(key: str, value: int) -> list[dict[str, Any]]:
+    """``key`` equal to ``value`` as a number: a label written ``05`` (a driver revision,
+    as NVIDIA writes 535.104.05) is 5, which ``In [5]`` would not see."""
+    if value == 0:
+        # No label value starts with "-": "Lt 1" is 0 alone, and "Gt -1" is refused.
+        return [_expression(key, "Lt", [1])]
+    return [_expression(key, "Gt", [value - 1]), _expression(key, "Lt", [value + 1])]
+
+
 def version_terms(requirement: VersionRequirement) -> list[list[dict[str, Any]]]:
     """The OR'ed alternatives (each a list of AND'ed expressions) that spell one version
-    requirement over its part labels. Missing trailing parts count as 0 (``>=12`` is
-    ``>=12.0``), so a ``==`` or ``>`` names every part it was given and no more."""
+    requirement over its part labels, comparing only the parts given (``==12`` is any
+    12.x, ``>12`` is 13 and above), each part as a number. Trailing zeros of ``>=`` and
+    ``<`` were dropped when it was read (``>=8.0`` is ``>=8``): every bound printed is a
+    valid label value, never ``-1``."""
     labels = VERSION_LABELS[requirement.what]
     parts = requirement.parts
     operator = requirement.operator
     if operator == "==":
-        return [[_expression(labels[i], "In", [p]) for i, p in enumerate(parts)]]
+        return [[e for i, p in enumerate(parts) for e in _equal(labels[i], p)]]
     alternatives: list[list[dict[str, Any]]] = []
-    strict = {">=": "Gt", ">": "Gt", "<=": "Lt", "<": "Lt"}[operator]
     for depth, part in enumerate(parts):
-        prefix = [_expression(labels[i], "In", [parts[i]]) for i in range(depth)]
+        prefix = [e for i in range(depth) for e in _equal(labels[i], parts[i])]
         last = depth == len(parts) - 1
-        if strict == "Gt":
+        if operator in (">=", ">"):
             bound = part - 1 if (last and operator == ">=") else part
             alternatives.append([*prefix, _expression(labels[depth], "Gt", [bound])])
         else:
@@ -253,8 +273,11 @@ def meets(requirements: Requirements, labels: Mapping[str, str]) -> bool:
     compared as tuples): what the affinity must agree with."""
 
     def number(key: str) -> int | None:
+        # As Go's strconv.ParseInt(value, 10, 64), which Gt and Lt use.
         value = labels.get(key, "")
-        return int(value) if value.isdigit() else None
+        if not value.isdigit() or len(value) > 100 or int(value) > 2**63 - 1:
+            return None
+        return int(value)
 
     if requirements.families and labels.get(FAMILY) not in requirements.families:
         return False

@@ -34,20 +34,36 @@ labels = st.fixed_dictionaries(
         "nvidia.com/gpu.health": st.sampled_from(["healthy", "XidCritical"]),
         "nvidia.com/mig-1g.10gb.count": st.sampled_from(["0", "7"]),
         "nvidia.com/cuda.runtime-version.major": st.sampled_from(["11", "12", "13", "x"]),
-        "nvidia.com/cuda.runtime-version.minor": number,
+        "nvidia.com/cuda.runtime-version.minor": number | st.just("08"),
         "nvidia.com/gpu.compute.major": st.sampled_from(["7", "8", "9"]),
         "nvidia.com/gpu.compute.minor": number,
         "nvidia.com/cuda.driver-version.major": st.sampled_from(["535", "550", "570"]),
         "nvidia.com/cuda.driver-version.minor": number,
-        "nvidia.com/cuda.driver-version.revision": st.sampled_from(["", "02", "8", "13"]),
+        "nvidia.com/cuda.driver-version.revision": st.sampled_from(
+            ["", "02", "8", "13", "05", "5"]
+        ),
     },
 )
-version = st.builds(
-    lambda what, op, parts: parse_version_requirement(what, op + ".".join(map(str, parts))),
-    st.sampled_from(["cuda", "compute", "driver"]),
-    st.sampled_from([">=", ">", "==", "<", "<="]),
-    st.lists(st.integers(min_value=0, max_value=21), min_size=1, max_size=2),
-).filter(lambda v: not (v.operator in ("<", "<=") and v.parts[0] == 0))
+
+
+def _version_or_none(what: str, operator: str, parts: list[int]) -> object:
+    try:
+        return parse_version_requirement(what, operator + ".".join(map(str, parts)))
+    except ConfigError:  # >=0, <0: refused, as matching every or no version
+        return None
+
+
+version = (
+    st.builds(
+        _version_or_none,
+        st.sampled_from(["cuda", "compute", "driver"]),
+        st.sampled_from([">=", ">", "==", "<", "<="]),
+        st.lists(st.integers(min_value=0, max_value=21), min_size=1, max_size=3),
+    )
+    .filter(lambda v: v is not None)
+    .filter(lambda v: not (v.operator in ("<", "<=") and v.parts[0] == 0))  # type: ignore[union-attr]
+    .filter(lambda v: len(v.parts) <= (3 if v.what == "driver" else 2))  # type: ignore[union-attr]
+)
 requirements = st.builds(
     Requirements,
     families=st.lists(st.sampled_from(FAMILIES[-4:]), max_size=2).map(tuple),
@@ -68,6 +84,13 @@ def test_the_affinity_matches_exactly_the_nodes_that_meet_the_requirements(
 ) -> None:
     affinity = node_affinity(wanted)
     assert affinity_matches(affinity, node) == meets(wanted, node)
+    # Every value printed is a valid label value (the API server refuses "-1").
+    for term in affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]:
+        for expression in term["matchExpressions"]:
+            assert all(
+                value.isdigit() or value.replace("-", "").isalnum() and not value.startswith("-")
+                for value in expression.get("values", [])
+            )
     selector = selector_for(wanted)
     if selector is not None:
         assert all(node.get(k) == v for k, v in selector.items()) == meets(wanted, node)
@@ -90,10 +113,49 @@ def test_cuda_at_least_12_8_is_two_ored_terms_each_with_every_other_condition() 
         [("gpu.family", "In", ["hopper"]), ("cuda.runtime-version.major", "Gt", ["12"])],
         [
             ("gpu.family", "In", ["hopper"]),
-            ("cuda.runtime-version.major", "In", ["12"]),
+            # 12 as a number, so that a label written 012 is 12 too
+            ("cuda.runtime-version.major", "Gt", ["11"]),
+            ("cuda.runtime-version.major", "Lt", ["13"]),
             ("cuda.runtime-version.minor", "Gt", ["7"]),
         ],
     ]
+
+
+def test_trailing_zeros_of_at_least_are_dropped_and_no_bound_is_negative() -> None:
+    """kube-scheduler's record: --compute '>=8.0' printed "compute.minor Gt -1", which the
+    API server refuses as a label value."""
+    assert parse_version_requirement("compute", ">=8.0").parts == (8,)
+    terms = node_affinity(Requirements(versions=(parse_version_requirement("compute", ">=8.0"),)))
+    (term,) = terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.compute.major", "operator": "Gt", "values": ["7"]}
+    ]
+    with pytest.raises(ConfigError, match="matches every version"):
+        parse_version_requirement("cuda", ">=0.0")
+
+
+def test_a_driver_revision_written_with_a_leading_zero_equals_its_number() -> None:
+    wanted = Requirements(versions=(parse_version_requirement("driver", "==535.104.05"),))
+    node = {
+        "nvidia.com/gpu.count": "8",
+        "nvidia.com/cuda.driver-version.major": "535",
+        "nvidia.com/cuda.driver-version.minor": "104",
+        "nvidia.com/cuda.driver-version.revision": "05",
+    }
+    assert meets(wanted, node) and affinity_matches(node_affinity(wanted), node)
+
+
+def test_a_mig_profile_is_named_as_gfd_labels_it() -> None:
+    from gfd.scheduling.select import check_mig_profile
+
+    assert check_mig_profile("1g.5gb+me") == "1g.5gb.me"
+    assert Requirements(mig_profile="1g.5gb.me").resource == "nvidia.com/mig-1g.5gb.me"
+
+
+def test_a_number_past_int64_is_no_number_as_for_the_scheduler() -> None:
+    node = {"nvidia.com/gpu.count": "99999999999999999999"}
+    wanted = Requirements(min_count=2)
+    assert not meets(wanted, node) and not affinity_matches(node_affinity(wanted), node)
 
 
 @pytest.mark.parametrize(
