@@ -59,6 +59,7 @@ GPUS = 'gfd_gpu_info{node=~"$node"}'
 NODE_OF_INSTANCE = f"max by (instance, node) ({GPUS})"
 #: The window of every rate: at least four scrapes at the chart's 30 s interval.
 RATE_WINDOW = "5m"
+RATE_SECONDS = 300
 
 
 def on_nodes(expr: str) -> str:
@@ -283,9 +284,22 @@ def health_row() -> list[Any]:
     ]
 
 
+def counted_since(counter: str, window: str) -> str:
+    """How much ``counter`` grew over ``window``, a series that appeared in it counted from
+    0. gfd's Xid counter has a series per GPU and Xid, made at that Xid's first report
+    with the value 1: ``increase()`` and ``rate()`` see it begin at 1 and count nothing, so
+    a GPU's first Xid never showed (the live Prometheus test caught it). A restart of the
+    agent (a counter reset) within the window counts less, never below 0."""
+    return f"clamp_min({counter} - ({counter} offset {window} or {counter} * 0), 0)"
+
+
+#: Failed cycles a second: a kind's series appears at its first failure (counted_since).
+CYCLE_ERRORS_RATE = f"{counted_since('gfd_cycle_errors_total', RATE_WINDOW)} / {RATE_SECONDS}"
+
+
 def xid_row() -> list[Any]:
-    rate = on_nodes(f"rate(gfd_gpu_xid_errors_total[{RATE_WINDOW}])")
-    increase = on_nodes("increase(gfd_gpu_xid_errors_total[$__range])")
+    rate = on_nodes(f"{counted_since('gfd_gpu_xid_errors_total', RATE_WINDOW)} / {RATE_SECONDS}")
+    increase = on_nodes(counted_since("gfd_gpu_xid_errors_total", "$__range"))
     return [
         graph(
             "Xid rate by GPU and Xid",
@@ -427,8 +441,7 @@ def agent_row() -> list[Any]:
             "sink-permanent is RBAC or the admission policy refusing a write.",
             [
                 (
-                    f"sum by (kind) ({on_nodes(f'rate(gfd_cycle_errors_total[{RATE_WINDOW}])')})"
-                    " > 0",
+                    f"sum by (kind) ({on_nodes(CYCLE_ERRORS_RATE)}) > 0",
                     "{{kind}}",
                 )
             ],

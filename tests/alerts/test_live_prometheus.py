@@ -1,6 +1,8 @@
 """The real Prometheus (Debian's) scrapes three simulated gfd agents on loopback and
 evaluates gfd's alert rules: the Xid 79 and the PCIe link trained down reach ``firing`` in
-its ``/api/v1/alerts``, naming their node and GPU, and the healthy node fires nothing.
+its ``/api/v1/alerts``, naming their node and GPU, and the healthy node fires nothing. A
+fourth agent, a GB200 NVL4 on another driver, adds the fabric and the drift; then every
+query of every panel of gfd's Grafana dashboard must return series from that Prometheus.
 
 Bounded: scrapes and evaluations every second, every ``for:`` shortened to 2 s in the
 test's rendering of the rules (tests/alerts/prometheus.py), the agents' grace period 1 s;
@@ -15,6 +17,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ import pytest
 import yaml
 
 from tests.alerts.prometheus import program, write_rules
+from tests.deploy.dashboard import concrete, panel_queries
 from tests.reliability.agent_process import AgentProcess, write_profile
 
 DEADLINE = 75.0
@@ -112,16 +116,28 @@ def test_prometheus_fires_the_expected_alerts(tmp_path: Path) -> None:
     xid_dir.mkdir()
     pcie_dir.mkdir()
     xid = write_profile(xid_dir, {"xid": [{"gpu": 5, "xid": 79, "after_calls": 20}]})
-    pcie = write_profile(pcie_dir, {"pcie_link_down": [{"gpu": 2, "after_calls": 0, "width": 8}]})
+    pcie = write_profile(
+        pcie_dir,
+        {
+            "pcie_link_down": [{"gpu": 2, "after_calls": 0, "width": 8}],
+            # Two cycles fail on NVML: the dashboard's failed-cycles panel has a series.
+            "errors": [
+                {"call": "nvmlDeviceGetCount_v2", "error": "NVML_ERROR_UNKNOWN", "times": 2}
+            ],
+        },
+    )
     with (
         agent("dgx-h100", "node-healthy", tmp_path / "healthy.labels") as healthy,
         agent(xid, "node-xid", tmp_path / "xid.labels") as xid_agent,
         agent(pcie, "node-pcie", tmp_path / "pcie.labels") as pcie_agent,
+        # An NVLink fabric (fabric state series), on another driver (drift).
+        agent("gb200-nvl4", "node-fabric", tmp_path / "fabric.labels") as fabric_agent,
     ):
         targets = {
             "gfd-healthy": healthy.metrics_url.removeprefix("http://"),
             "gfd-xid": xid_agent.metrics_url.removeprefix("http://"),
             "gfd-pcie": pcie_agent.metrics_url.removeprefix("http://"),
+            "gfd-fabric": fabric_agent.metrics_url.removeprefix("http://"),
         }
         (tmp_path / "prom").mkdir()
         with prometheus(tmp_path / "prom", targets) as url:
@@ -161,4 +177,37 @@ def test_prometheus_fires_the_expected_alerts(tmp_path: Path) -> None:
                 if alert["labels"]["alertname"] == "GPUXidError":
                     assert "GPU 5 of node node-xid" in alert["annotations"]["description"]
                     assert alert["labels"]["severity"] == "critical"
-    assert time.monotonic() - started < 90
+            # Every panel of the dashboard (deploy/helm/gfd/dashboards/gfd.json) finds
+            # series in this Prometheus, as Grafana asks with every node selected.
+            empty = _empty_panels(url, started)
+            assert not empty, f"dashboard queries without a series: {json.dumps(empty, indent=1)}"
+    assert time.monotonic() - started < 120
+
+
+def _empty_panels(url: str, started: float) -> list[dict[str, str]]:
+    """The dashboard's panels none of whose queries returns a series (a panel's other
+    queries show states this fleet does not have: GPUs without health checks, say), and
+    any query Prometheus refuses; retried until :data:`DEADLINE` (a rate needs two
+    scrapes in its window)."""
+    while True:
+        found: dict[str, list[dict[str, str]]] = {}
+        refused = []
+        for query in panel_queries():
+            expr = concrete(query.expr)
+            answer = get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+            seen = found.setdefault(query.panel, [])
+            if answer["status"] != "success":
+                refused.append({"panel": query.panel, "ref": query.ref, "expr": expr})
+            elif not answer["data"]["result"]:
+                seen.append({"panel": query.panel, "ref": query.ref, "expr": expr})
+            else:
+                seen.append({})
+        empty = refused + [
+            query
+            for answers in found.values()
+            if not any(a == {} for a in answers)
+            for query in answers
+        ]
+        if not empty or time.monotonic() - started > DEADLINE + 30:
+            return empty
+        time.sleep(1)

@@ -89,7 +89,7 @@ def test_the_panels_issue_43_asks_for() -> None:
     wanted = {
         "GPUs by product and health": ("gfd_gpu_info", "gfd_gpu_healthy"),
         "Unhealthy GPUs by failing check": ("gfd_health_check_failing",),
-        "Xid rate by GPU and Xid": ("rate(gfd_gpu_xid_errors_total[5m])",),
+        "Xid rate by GPU and Xid": ("gfd_gpu_xid_errors_total offset 5m",),
         "PCIe links": ("gfd_gpu_pcie_link_width_max",),
         "Fabric state": ("gfd_gpu_fabric_state",),
         "Nodes by driver version": ("driver_version",),
