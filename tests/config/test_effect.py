@@ -87,6 +87,11 @@ def test_a_flag_a_printing_subcommand_does_not_use_is_refused(command: str, name
 def test_what_a_printing_subcommand_uses_is_accepted(command: str, tmp_path: Path) -> None:
     config = tmp_path / "gfd.yaml"
     config.write_text("version: v1\n")
+    if command == "fleet":
+        # It reads the cluster, never the node: the node's reading settings are idle there.
+        assert judge([command, "--config-file", str(config), "--log-level", "DEBUG"]) == IdleFlags()
+        assert judge([command, "--sysfs-root", "/sys"]).errors
+        return
     argv = [command, "--fail-on-init-error=false", "--config-file", str(config)]
     argv += ["--log-level", "DEBUG", "--sysfs-root", "/sys", "--machine-type-file", "/m"]
     argv += ["--driver-root-ctr-path", "/driver-root"]
