@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 
 from gfd.facts import dump_facts  # noqa: E402
-from gfd.facts_limits import FactsLimitError, check_document_bounds  # noqa: E402
+from gfd.facts.limits import FactsLimitError, check_document_bounds  # noqa: E402
 from gfd.sim import CallDelay, Faults, load_profile  # noqa: E402
 from gfd.sim.faults import faults_to_dict  # noqa: E402
 

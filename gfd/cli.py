@@ -40,7 +40,7 @@ from gfd.config import (
 from gfd.config.effect import idle_flags
 from gfd.config.values import BOOL_WORDS
 from gfd.errors import ConfigError, GfdError, echo
-from gfd.process_title import name_process
+from gfd.app.process_title import name_process
 from gfd.startup_gc import resume_collector
 
 # What a command needs beyond parsing is imported where it runs, so that ``gfd --version``

@@ -21,14 +21,14 @@ from gfd.facts import (
     parse_document,
     read_facts_text,
 )
-from gfd.facts_limits import check_document_bounds
+from gfd.facts.limits import check_document_bounds
 
 
 def load_facts_text(text: str, source: str, extra_keys: frozenset[str] = frozenset()) -> NodeFacts:
     """Parse YAML or JSON facts text. Top-level ``extra_keys`` are ignored (e.g. ``faults``).
 
     A document with more GPUs (or MIG devices, NVLinks, pairs) than a node can have is
-    refused before it is parsed into objects (:mod:`gfd.facts_limits`).
+    refused before it is parsed into objects (:mod:`gfd.facts.limits`).
     """
     check_document_bounds(text, source)
     data = parse_document(text, source)

@@ -20,7 +20,7 @@ import pytest
 
 from gfd.errors import ConfigError
 from gfd.facts import FactsError, facts_from_dict, facts_to_dict
-from gfd.facts_limits import (
+from gfd.facts.limits import (
     MACHINE_LIMITS,
     MAX_GPU_PAIRS,
     MAX_GPUS,

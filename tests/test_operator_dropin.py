@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from gfd.agent import LoopControl
-from gfd.config_watch import ConfigFileWatch
-from gfd.process_title import OPERATOR_COMMAND, name_process
+from gfd.app.config_watch import ConfigFileWatch
+from gfd.app.process_title import OPERATOR_COMMAND, name_process
 from tests.conformance.record_config_manager import (
     PROCESS_TO_SIGNAL,
     RECORD,

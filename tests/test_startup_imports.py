@@ -31,7 +31,7 @@ HEAVY = (
     "http.server",
     "yaml",
     "gfd.sim",
-    "gfd.config_watch",
+    "gfd.app.config_watch",
     "gfd.metrics",
     "gfd.kube_api",
     "gfd.topology.python_builder",

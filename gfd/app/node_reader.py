@@ -203,11 +203,11 @@ def check_facts_file(name_or_path: str) -> None:
     :data:`gfd.inputs.FACTS_FILE_LIMIT`, the same error for a file it cannot read), then
     checked for depth and aliases before the simulator loads it; a bundled profile name
     passes through. First of all, a file of more GPUs (MIG devices, NVLinks, pairs) than a
-    node can have is refused (:mod:`gfd.facts_limits`): its one pass of the parser is
+    node can have is refused (:mod:`gfd.facts.limits`): its one pass of the parser is
     cheaper than the checks after.
     """
     from gfd.facts import FactsError, read_facts_text
-    from gfd.facts_limits import check_document_bounds
+    from gfd.facts.limits import check_document_bounds
     from gfd.inputs import InputRejected, check_yaml
     from gfd.sim import BUNDLED_PROFILES
 

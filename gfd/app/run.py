@@ -259,7 +259,7 @@ def _run_periodically(
     assembly: AgentAssembly,
 ) -> int:
     """Cycle until a stop; reload on SIGHUP or a changed config file."""
-    from gfd.config_watch import ConfigFileWatch
+    from gfd.app.config_watch import ConfigFileWatch
 
     control, log = assembly.control, assembly.log
     pacer = Pacer(settings.sleep_interval)

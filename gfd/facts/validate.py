@@ -1,7 +1,7 @@
 """Facts from plain data, every field checked: the loading half of the facts' serialised form.
 
 This module owns :func:`facts_from_dict`: it refuses a schema version it does not read and
-a document larger than any node (:mod:`gfd.facts_limits`) before building anything, then
+a document larger than any node (:mod:`gfd.facts.limits`) before building anything, then
 builds the dataclasses of :mod:`gfd.facts.model` field by field from their type hints,
 and checks what types alone cannot say (GPU indices in order, bus ids and cpulists well
 formed and unique, pairs naming GPUs that exist). Every problem is a
@@ -30,7 +30,7 @@ from gfd.facts.model import (
     PcieLink,
     PciPair,
 )
-from gfd.facts_limits import check_data_bounds
+from gfd.facts.limits import check_data_bounds
 
 
 def facts_from_dict(data: Any, source: str = "<facts>") -> NodeFacts:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady
-from gfd.facts_limits import MACHINE_LIMITS, MachineLimits, limit_problem
+from gfd.facts.limits import MACHINE_LIMITS, MachineLimits, limit_problem
 
 #: NVML errors that make an optional fact absent: the driver's library does not export the
 #: function, the device does not support it, or the call is not valid for this device.
@@ -99,7 +99,7 @@ class NvmlCaller:
 
 
 class NvmlBeyondLimits(NvmlError):
-    """NVML reported more of something than any real node has (:mod:`gfd.facts_limits`).
+    """NVML reported more of something than any real node has (:mod:`gfd.facts.limits`).
 
     Nothing that grows with the count is asked: the read fails at once, as on any NVML
     error, and the agent keeps the last labels.

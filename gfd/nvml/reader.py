@@ -37,7 +37,7 @@ import pynvml
 
 from gfd.config.host import NODE_PATHS
 from gfd.facts import NodeFacts
-from gfd.facts_limits import MACHINE_LIMITS, MachineLimits
+from gfd.facts.limits import MACHINE_LIMITS, MachineLimits
 from gfd.frozen import frozen_dataclass
 from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.nvml.cache import ReadCache

@@ -44,7 +44,7 @@ from gfd.facts import (
     parse_document,
     read_facts_text,
 )
-from gfd.facts_limits import check_document_bounds
+from gfd.facts.limits import check_document_bounds
 from gfd.frozen import frozen_dataclass
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch, older_than_emulated
 from gfd.sim.gpu_health import with_default_memory_health

@@ -23,7 +23,7 @@ from gfd.facts import (
     NodeFacts,
     VgpuInfo,
 )
-from gfd.facts_limits import MAX_MIG_DEVICES
+from gfd.facts.limits import MAX_MIG_DEVICES
 from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branch, exported_in
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
 from gfd.pci import DISPLAY_BASE_CLASS

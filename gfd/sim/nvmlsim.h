@@ -70,7 +70,7 @@
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
 
 #define TEXT_MAX NVML_DEVICE_NAME_V2_BUFFER_SIZE
-/* Bounds far above real hardware (gfd/facts_limits.py, which gfd checks first): a machine
+/* Bounds far above real hardware (gfd/facts/limits.py, which gfd checks first): a machine
  * file with more is refused, so that nothing quadratic in the GPUs runs away. NVLinks are
  * bounded by NVML_NVLINK_MAX_LINKS (their indices run below it). */
 #define SIM_MAX_GPUS 128

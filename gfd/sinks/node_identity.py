@@ -39,7 +39,7 @@ IDENTITY_VERSION = 1
 #: The largest value written: a quarter of the 256 KiB all of a Node's annotations share.
 #: A GPU as NVML reports it (ASCII text in NVML's buffers: 96 bytes for the UUID and the
 #: name, 30 for the serial) takes at most about 350 bytes (with migEnabled), so the facts' most GPUs
-#: (``gfd.facts_limits.MAX_GPUS``, 128) fit with room to spare
+#: (``gfd.facts.limits.MAX_GPUS``, 128) fit with room to spare
 #: (``tests/sinks/test_node_identity.py``); only a facts file with absurd texts could
 #: pass it, and its annotation is then left out, as the topology's matrix is past its own.
 IDENTITY_LIMIT = 64 * 1024

@@ -1,6 +1,6 @@
 """The simulator's bounds and its delay fault.
 
-The C library refuses a machine file past gfd's limits (``gfd.facts_limits``, which gfd
+The C library refuses a machine file past gfd's limits (``gfd.facts.limits``, which gfd
 checks first), so no simulated machine is larger than a real node can be. A ``delays``
 fault makes a call take a while, as NVML does on a driver that initialises slowly or a GPU
 that hangs: what gfd does then (a stop signal must still end it) is tested in
@@ -19,7 +19,7 @@ from types import ModuleType
 import pytest
 
 from gfd.facts import FactsError
-from gfd.facts_limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_NVLINKS
+from gfd.facts.limits import MAX_GPUS, MAX_MIG_DEVICES, MAX_NVLINKS
 from gfd.sim import (
     CallDelay,
     CallError,

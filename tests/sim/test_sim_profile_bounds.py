@@ -1,4 +1,4 @@
-"""The bundled profiles within the bounds on absurd machines (gfd.facts_limits).
+"""The bundled profiles within the bounds on absurd machines (gfd.facts.limits).
 
 ``load_profile`` skips the bounds pass (one more walk of the YAML) for a bundled profile,
 which is gfd's own file: this test is what holds each one within the bounds instead.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gfd.facts_limits import check_document_bounds
+from gfd.facts.limits import check_document_bounds
 from gfd.sim import BUNDLED_PROFILES, profile_path
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from gfd.facts import NodeFacts
-from gfd.facts_limits import MAX_GPUS
+from gfd.facts.limits import MAX_GPUS
 from gfd.sim import load_profile
 from gfd.sinks.node_identity import (
     IDENTITY_ANNOTATION,
