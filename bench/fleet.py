@@ -46,10 +46,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gfd.agent import Agent, Derived, Pacer, compute_labels, derive_topology, next_delay  # noqa: E402
+from gfd.base.logs import configure_logging  # noqa: E402
 from gfd.facts import NodeFacts  # noqa: E402
 from gfd.kube_api import RetryPolicy, connect_kubernetes  # noqa: E402
 from gfd.labels import LabelOptions  # noqa: E402
-from gfd.logs import configure_logging  # noqa: E402
 from gfd.nvml.reader import read_facts  # noqa: E402
 from gfd.sim import simulate  # noqa: E402
 from gfd.sinks.node import NodeSink  # noqa: E402

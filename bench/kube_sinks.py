@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
 
 from _launcher import Launcher, child_environment  # noqa: E402
 
+from gfd.base.logs import configure_logging  # noqa: E402
 from gfd.kube_api import RetryPolicy, connect_kubernetes  # noqa: E402
-from gfd.logs import configure_logging  # noqa: E402
 from gfd.sinks import Publication, Sink  # noqa: E402
 from gfd.sinks.node import TOPOLOGY_ANNOTATION, NodeSink  # noqa: E402
 from gfd.sinks.nodefeature import NodeFeatureSink  # noqa: E402

@@ -16,7 +16,7 @@ page and bytecode caches:
   ``--sysfs-root`` and ``--machine-type-file`` pointing into it (what the real-GPU
   captures measured; ``bench/agent_cost.py`` has more of that path);
 - for context, an experiment: the simulated one-shot with gfd's records declared by
-  ``dataclasses.dataclass(frozen=True)`` instead of :func:`gfd.frozen.frozen_dataclass`
+  ``dataclasses.dataclass(frozen=True)`` instead of :func:`gfd.base.frozen.frozen_dataclass`
   (the measured script swaps the decorator before gfd is imported; gfd never does): what
   compiling each record's ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and
   ``__delattr__`` at every start would cost;
@@ -74,15 +74,15 @@ STDLIB_RECORDS = (
     "the simulated one-shot, records as dataclasses.dataclass(frozen=True) (experiment)"
 )
 
-#: The experiment's prelude: gfd.frozen's decorator replaced by the standard library's,
+#: The experiment's prelude: gfd.base.frozen's decorator replaced by the standard library's,
 #: before any module of gfd that declares a record is imported.
 STDLIB_FROZEN_DATACLASSES = """import dataclasses
-import gfd.frozen
+import gfd.base.frozen
 def _stdlib_frozen_dataclass(cls=None, /, *, slots=False):
     if cls is None:
         return lambda cls: dataclasses.dataclass(cls, frozen=True, slots=slots)
     return dataclasses.dataclass(cls, frozen=True, slots=slots)
-gfd.frozen.frozen_dataclass = _stdlib_frozen_dataclass
+gfd.base.frozen.frozen_dataclass = _stdlib_frozen_dataclass
 """
 
 

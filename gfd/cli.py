@@ -28,6 +28,9 @@ from typing import Any, TextIO
 from gfd import __version__
 from gfd.app.exit_status import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error_line, exit_status_of
 from gfd.app.node_reader import check_machine_type_file, read_node_once
+from gfd.app.process_title import name_process
+from gfd.base.errors import ConfigError, GfdError, echo
+from gfd.base.startup_gc import resume_collector
 from gfd.config import (
     NODE_PATHS,
     OPTIONS,
@@ -39,9 +42,6 @@ from gfd.config import (
 )
 from gfd.config.effect import idle_flags
 from gfd.config.values import BOOL_WORDS
-from gfd.errors import ConfigError, GfdError, echo
-from gfd.app.process_title import name_process
-from gfd.startup_gc import resume_collector
 
 # What a command needs beyond parsing is imported where it runs, so that ``gfd --version``
 # and ``--help`` import almost nothing (tests/test_startup_imports.py).
@@ -591,7 +591,7 @@ def main(
         print(error_line(exc), file=sys.stderr)
         return EXIT_USAGE
     # After parsing: --version and --help end above without loading the logging stack.
-    from gfd.logs import configure_logging, get_logger
+    from gfd.base.logs import configure_logging, get_logger
 
     # The doctor's report says what its checks found; their logs would say it twice. Only
     # --log-level on its command line (not the pod's GFD_LOG_LEVEL) brings them back.
@@ -602,7 +602,7 @@ def main(
         log.warning("flag ignored", problem=warning)
     if command in ("cleanup", "doctor", "explain", "select", "fleet"):
         # These page through the cluster's Nodes for as long as it takes: the collector,
-        # paused while gfd started (gfd.startup_gc), runs again. The others read the node
+        # paused while gfd started (gfd.base.startup_gc), runs again. The others read the node
         # once and end (run resumes it before its first cycle).
         resume_collector(collect_first=False)
     try:

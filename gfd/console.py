@@ -1,7 +1,7 @@
 """The ``gfd`` console script's entry point (and ``python -m gfd``'s).
 
 It makes SIGTERM (and SIGINT) stop gfd from its first line, pauses the garbage collector
-(:mod:`gfd.startup_gc`) before anything else is imported, then hands over to
+(:mod:`gfd.base.startup_gc`) before anything else is imported, then hands over to
 :func:`gfd.cli.main`, which does the rest.
 """
 
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gfd.startup_gc import pause_collector
+from gfd.base.startup_gc import pause_collector
 
 #: The exit status of a stopped run (gfd.app.exit_status.EXIT_OK, not imported yet here).
 STOPPED = 0

@@ -21,9 +21,8 @@ PACKAGE = Path(gfd.__file__).resolve().parent
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer)
     for layer in (
-        {"gfd", "gfd.errors", "gfd.frozen"},
-        {"gfd.inputs", "gfd.startup_gc"},
-        {"gfd.logs", "gfd.pci"},
+        {"gfd"},
+        {"gfd.base"},
         {"gfd.facts", "gfd.config"},
         {"gfd.topology", "gfd.kube_api"},
         {"gfd.nvml", "gfd.labels"},
@@ -46,6 +45,18 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
 #: driver hands out the GPUs (a new check is one file and one registry line, and no check
 #: leans on another), and the condition knows neither the registry nor the monitor.
 INNER_LAYERS: dict[str, tuple[frozenset[str], ...]] = {
+    # gfd.base is what every part stands on: the errors and the record declaration, then
+    # the bounded reads and the collector's pause, then logging; the package itself holds
+    # nothing, so that importing one of them does not import the others.
+    "gfd.base": tuple(
+        frozenset(layer)
+        for layer in (
+            {"gfd.base.errors", "gfd.base.frozen"},
+            {"gfd.base.inputs", "gfd.base.startup_gc"},
+            {"gfd.base.logs"},
+            {"gfd.base"},
+        )
+    ),
     "gfd.health": tuple(
         frozenset(layer)
         for layer in (

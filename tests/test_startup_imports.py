@@ -163,7 +163,7 @@ def test_a_run_without_checks_loads_no_health_and_one_check_only_it(tmp_path: Pa
 def test_json_lines_never_load_structlog_and_a_terminal_line_does() -> None:
     code = (
         "import io, json, sys\n"
-        "from gfd.logs import configure_logging, get_logger\n"
+        "from gfd.base.logs import configure_logging, get_logger\n"
         "out = io.StringIO()\n"
         "configure_logging('warning', stream=out, json=True)\n"
         "log = get_logger(node='n1')\n"

@@ -6,7 +6,7 @@ published: every sink keeps the last good labels rather than a wrong or partial 
 failing sink does not stop the others.
 
 No exception ends the agent from inside a cycle: one that is not a
-:class:`~gfd.errors.GfdError` (a bug in a label rule, a library raising what it
+:class:`~gfd.base.errors.GfdError` (a bug in a label rule, a library raising what it
 should not) fails that cycle as ``internal``, is logged with its traceback and
 counted, and the loop retries with backoff like after any failure. A stop that comes
 while a cycle reads the facts or computes the labels ends that cycle at once (the
@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field, replace
 from typing import Any, Protocol
 
-from gfd.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind, shorten
+from gfd.base.errors import GfdError, NvmlError, NvmlNotReady, SinkError, error_kind, shorten
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import NodeFacts
-from gfd.frozen import frozen_dataclass
 from gfd.labels import CycleInputs, LabelOptions, LabelSet, build_labels, compose
 from gfd.labels.labeler import NO_LABELS
 from gfd.sinks import Publication, Sink

@@ -13,9 +13,9 @@ name the rule that is missing. Tests hold the list to the requests the parts rea
 from __future__ import annotations
 
 from gfd.app.sinks import SINK_KINDS
+from gfd.base.frozen import frozen_dataclass
 from gfd.config import Settings
 from gfd.config.values import DEVICE_PLUGIN_CHECK
-from gfd.frozen import frozen_dataclass
 
 #: Where the rules come from, as the fixes name them.
 NODE_SINK_RULES = (

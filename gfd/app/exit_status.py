@@ -2,7 +2,7 @@
 
 Every subcommand (``run``, one-shot or periodic, ``labels``, ``facts``, ``topo``) ends
 with one of three statuses, decided by the kind of what went wrong
-(:func:`gfd.errors.error_kind`), never by where it was noticed:
+(:func:`gfd.base.errors.error_kind`), never by where it was noticed:
 
 ====  ==========================  ==========================================================
 code  name                        when
@@ -36,13 +36,13 @@ error).
 
 from __future__ import annotations
 
-from gfd.errors import error_kind, shorten
+from gfd.base.errors import error_kind, shorten
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-#: The error kinds (:data:`gfd.errors.ERROR_KINDS`) of input the user gave that is wrong.
+#: The error kinds (:data:`gfd.base.errors.ERROR_KINDS`) of input the user gave that is wrong.
 USAGE_KINDS = frozenset({"config", "facts"})
 
 #: The longest error line gfd prints; whatever a message echoes, it stays readable.

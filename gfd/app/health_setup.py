@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
+from gfd.base.errors import GfdError
 from gfd.config import Settings
 from gfd.config.values import XID_CHECK
-from gfd.errors import GfdError
 
 if TYPE_CHECKING:
     from gfd.health import HealthReporter

@@ -15,9 +15,9 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gfd.base.errors import ConfigError, NvmlNotReady
+from gfd.base.frozen import frozen_dataclass
 from gfd.config import NODE_PATHS, Settings
-from gfd.errors import ConfigError, NvmlNotReady
-from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.facts import NodeFacts
@@ -113,7 +113,7 @@ class NodeReader:
         self._reported.add((call, cause))
         log = self.log
         if log is None:
-            from gfd.logs import get_logger
+            from gfd.base.logs import get_logger
 
             log = get_logger()
         log.debug("NVML fact absent", call=call, cause=cause)
@@ -184,7 +184,7 @@ def read_node_once(settings: Settings) -> NodeFacts:
     ``--fail-on-init-error=false`` a node whose NVML cannot start (no driver loaded yet) is
     read as the agent reads it then: no GPUs, and what sysfs still tells, so what ``gfd facts``
     captures there replays with ``--simulate`` to the labels the agent published."""
-    from gfd.errors import NvmlError, NvmlNotReady
+    from gfd.base.errors import NvmlError, NvmlNotReady
 
     with facts_source(settings) as read:
         try:
@@ -200,15 +200,15 @@ def check_facts_file(name_or_path: str) -> None:
     """Refuse a ``--simulate`` facts file that is not a small regular file of sane YAML.
 
     Read as the simulator reads it (:func:`gfd.facts.read_facts_text`: bounded by
-    :data:`gfd.inputs.FACTS_FILE_LIMIT`, the same error for a file it cannot read), then
+    :data:`gfd.base.inputs.FACTS_FILE_LIMIT`, the same error for a file it cannot read), then
     checked for depth and aliases before the simulator loads it; a bundled profile name
     passes through. First of all, a file of more GPUs (MIG devices, NVLinks, pairs) than a
     node can have is refused (:mod:`gfd.facts.limits`): its one pass of the parser is
     cheaper than the checks after.
     """
+    from gfd.base.inputs import InputRejected, check_yaml
     from gfd.facts import FactsError, read_facts_text
     from gfd.facts.limits import check_document_bounds
-    from gfd.inputs import InputRejected, check_yaml
     from gfd.sim import BUNDLED_PROFILES
 
     if name_or_path in BUNDLED_PROFILES or not os.path.lexists(name_or_path):
@@ -227,7 +227,7 @@ def check_machine_type_file(settings: Settings) -> None:
     The reader reads it every cycle: ``/dev/zero`` or a FIFO there would make every
     cycle read for ever. A missing file is fine (``gpu.machine=unknown``).
     """
-    from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, check_regular_small_file
+    from gfd.base.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, check_regular_small_file
 
     if settings.simulate:
         return

@@ -28,9 +28,9 @@ from gfd.app.node_reader import (
 )
 from gfd.app.signals import StopWatchdog, install_signal_handlers, restore_signal_handlers
 from gfd.app.sinks import SinkFactory, SinkSet
+from gfd.base.errors import GfdError, shorten
+from gfd.base.startup_gc import resume_collector
 from gfd.config import Settings, resolve_settings
-from gfd.errors import GfdError, shorten
-from gfd.startup_gc import resume_collector
 
 
 @dataclass
@@ -116,7 +116,7 @@ class AgentAssembly:
         refused reload leaves the agent exactly as it was; it is logged, counted in
         ``gfd_config_reload_failures_total`` and shown by ``/readyz``.
         """
-        from gfd.logs import configure_logging
+        from gfd.base.logs import configure_logging
 
         def refuse(exc: Exception, event: str, **fields: Any) -> None:
             known = isinstance(exc, GfdError)

@@ -113,7 +113,7 @@ class StopWatchdog:
 
     def _say_stopping_now(self) -> None:
         """One log line, written with one system call: the main thread may hold any lock."""
-        from gfd.logs import get_logger, rendered_line
+        from gfd.base.logs import get_logger, rendered_line
 
         if not get_logger().is_enabled_for("warning"):
             return

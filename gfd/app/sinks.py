@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
+from gfd.base.errors import ConfigError
+from gfd.base.frozen import frozen_dataclass
 from gfd.config import Settings
-from gfd.errors import ConfigError
-from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient

@@ -30,12 +30,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gfd.errors import GfdError, SinkError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import GfdError, SinkError
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.logs import get_logger
 from gfd.health.condition import CONDITION_TYPE, condition_removal
 from gfd.health.taint import NodeTaintWriter
 from gfd.kube_api import JSON_PATCH, KubeApiPermanentError, KubeClient, path_segment
-from gfd.logs import get_logger
 from gfd.sinks import Publication
 from gfd.sinks.node import NodeSink
 from gfd.sinks.node_update import plan_node_update
@@ -185,7 +185,7 @@ def node_names(client: KubeClient, stop: threading.Event) -> list[str]:
 def clean_node(client: KubeClient, node_name: str, stop: threading.Event) -> NodeCleanup:
     """Take gfd's labels, annotations, taint and condition off the Node ``node_name``.
 
-    Raises :class:`~gfd.errors.SinkError` when a read or a write fails; what was removed
+    Raises :class:`~gfd.base.errors.SinkError` when a read or a write fails; what was removed
     before stays removed, and a rerun goes on from there.
     """
     sink = NodeSink(client=client, node_name=node_name, stop=stop)

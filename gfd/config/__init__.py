@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gfd.base.errors import ConfigError
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.host import NODE_PATHS, HostPaths
 from gfd.config.options import (
     DEFAULT_KERNEL_LOG,
@@ -44,8 +46,6 @@ from gfd.config.values import (
     parse_bool,
     parse_duration,
 )
-from gfd.errors import ConfigError
-from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config.file import (
@@ -153,7 +153,7 @@ class Settings:
     namespace: str | None = None
     pod_name: str | None = None
     log_level: str = "info"
-    #: --log-format: auto (JSON unless stderr is a terminal), text or json (gfd.logs).
+    #: --log-format: auto (JSON unless stderr is a terminal), text or json (gfd.base.logs).
     log_format: str = "auto"
     metrics_address: str = ""
     simulate: str | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.options import OPTIONS_BY_NAME
 from gfd.config.values import (
     DEVICE_PLUGIN_CHECK,
@@ -31,7 +32,6 @@ from gfd.config.values import (
     PCIE_CHECK,
     XID_CHECK,
 )
-from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config import Settings

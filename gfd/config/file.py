@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
+from gfd.base.errors import ConfigError, echo, shorten
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.options import OPTIONS, convert
-from gfd.errors import ConfigError, echo, shorten
-from gfd.frozen import frozen_dataclass
 
 CONFIG_VERSION = "v1"
 #: The reference's replicas are a Go int; more could not be a label value anyway.
@@ -132,12 +132,12 @@ class ConfigFile:
 def load_config_file(path: str) -> ConfigFile:
     """Read and check a config file; every error names the file and the key.
 
-    The file is read bounded (:data:`gfd.inputs.CONFIG_FILE_LIMIT`) and its YAML
+    The file is read bounded (:data:`gfd.base.inputs.CONFIG_FILE_LIMIT`) and its YAML
     checked for depth and aliases before it is loaded.
     """
     import yaml
 
-    from gfd.inputs import CONFIG_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
+    from gfd.base.inputs import CONFIG_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
 
     try:
         text = read_bounded_text(path, CONFIG_FILE_LIMIT)

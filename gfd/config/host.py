@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import PurePosixPath
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 
 @frozen_dataclass

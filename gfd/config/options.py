@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gfd.base.errors import ConfigError, echo
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.logs import LOG_FORMATS
 from gfd.config.host import NODE_PATHS
 from gfd.config.values import (
     HEALTH_CHECKS,
@@ -22,9 +25,6 @@ from gfd.config.values import (
     parse_xid_thresholds,
     parse_xids,
 )
-from gfd.errors import ConfigError, echo
-from gfd.frozen import frozen_dataclass
-from gfd.logs import LOG_FORMATS
 
 DEFAULT_OUTPUT_FILE = NODE_PATHS.feature_file
 DEFAULT_MACHINE_TYPE_FILE = NODE_PATHS.machine_type_file

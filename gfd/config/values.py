@@ -7,7 +7,7 @@ invites refused), which words are booleans, the log levels (in any case: ``DEBUG
 may ask for (the checks themselves are :mod:`gfd.health`'s, whose registry names each
 check by its constant here, and a test holds the two to the same names: configuration
 never imports the checks). Pure functions; errors are
-:class:`~gfd.errors.ConfigError` naming ``where`` the value came from.
+:class:`~gfd.base.errors.ConfigError` naming ``where`` the value came from.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import math
 import re
 from typing import Any
 
-from gfd.errors import ConfigError, echo
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError, echo
+from gfd.base.frozen import frozen_dataclass
 
 #: Go's strconv.ParseBool words, lower-cased, and yes/no/on/off.
 BOOL_WORDS = {

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gfd.base.errors import GfdError
 from gfd.config import Settings
 from gfd.doctor.examination import Examination, examine_node
 from gfd.doctor.finding import (
@@ -37,7 +38,6 @@ from gfd.doctor.finding import (
 )
 from gfd.doctor.registry import DOCTOR_CHECKS, DoctorCheck
 from gfd.doctor.report import FORMATS, found_a_problem, render
-from gfd.errors import GfdError
 
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient
@@ -89,7 +89,7 @@ def diagnose(
     are what reaches outside the process, for tests.
     """
     if log is None:
-        from gfd.logs import get_logger
+        from gfd.base.logs import get_logger
 
         log = get_logger()
     with examine_node(

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gfd.base.errors import ConfigError
+from gfd.base.inputs import InputRejected, read_bounded
 from gfd.config.host import NODE_PATHS
-from gfd.errors import ConfigError
-from gfd.inputs import InputRejected, read_bounded
 
 #: A command line longer than this is no gfd agent's.
 CMDLINE_LIMIT = 64 << 10
@@ -25,7 +25,7 @@ PROC_ROOT = Path(NODE_PATHS.proc_root)
 def agent_arguments(pid: int, *, proc_root: Path = PROC_ROOT) -> list[str]:
     """The arguments gfd process ``pid`` was started with (its program name dropped).
 
-    Raises :class:`~gfd.errors.ConfigError` naming the process when it cannot be read or
+    Raises :class:`~gfd.base.errors.ConfigError` naming the process when it cannot be read or
     is not gfd (``gfd``, ``gpu-feature-discovery``, or ``python -m gfd``).
     """
     path = proc_root / str(pid) / "cmdline"

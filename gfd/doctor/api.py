@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from gfd.app.api_access import ApiAccess
-from gfd.errors import ConfigError, GfdError, SinkError
+from gfd.base.errors import ConfigError, GfdError, SinkError
 from gfd.kube_api import JSON, KubeApiError, KubeApiPermanentError, KubeClient, KubeResponse
 
 #: Seconds one request may take; the doctor never waits longer for an answer.

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from gfd.app.node_reader import NodeReader, facts_source
 from gfd.app.sinks import SINK_KINDS
+from gfd.base.errors import GfdError, NvmlError, NvmlNotReady
+from gfd.base.frozen import frozen_dataclass
 from gfd.config import Settings
 from gfd.doctor.api import DoctorApi, NoCluster, connect
-from gfd.errors import GfdError, NvmlError, NvmlNotReady
-from gfd.frozen import frozen_dataclass
 from gfd.kube_api import KubeApiError, KubeApiPermanentError, path_segment
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ class Examination:
         self.is_mount = is_mount
         self._connect_kubernetes = connect_kubernetes
         if log is None:
-            from gfd.logs import get_logger
+            from gfd.base.logs import get_logger
 
             log = get_logger()
         self.log = log
@@ -329,7 +329,7 @@ class Examination:
     @cached_property
     def feature_file(self) -> FeatureFileRead:
         """gfd's feature file (``--output-file``) as it is now on disk."""
-        from gfd.inputs import InputRejected, read_bounded
+        from gfd.base.inputs import InputRejected, read_bounded
         from gfd.sinks.featurefile import NFD_MAX_FILE_BYTES
 
         path = Path(self.settings.output_file)

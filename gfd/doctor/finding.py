@@ -8,8 +8,8 @@ problem always carries its fix; an answer that cannot tell may say what would le
 
 from __future__ import annotations
 
-from gfd.errors import shorten
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import shorten
+from gfd.base.frozen import frozen_dataclass
 
 OK = "ok"
 PROBLEM = "problem"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.doctor.checks import (
     admission,
     cluster,
@@ -24,7 +25,6 @@ from gfd.doctor.checks import (
 )
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer
-from gfd.frozen import frozen_dataclass
 
 
 @frozen_dataclass

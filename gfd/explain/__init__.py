@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
 from gfd.explain.report import explanation_text, explanations_json, yaml_text
 from gfd.explain.sources import (
     cluster_file,

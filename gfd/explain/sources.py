@@ -13,8 +13,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from gfd.errors import ConfigError, echo
-from gfd.inputs import MANIFEST_FILE_LIMIT
+from gfd.base.errors import ConfigError, echo
+from gfd.base.inputs import MANIFEST_FILE_LIMIT
 from gfd.scheduling.cluster import Cluster, cluster_from_api, cluster_from_list, find_pod
 from gfd.scheduling.reading import documents, read_list_file, read_text
 from gfd.scheduling.workload import Workload, workload_of, workloads_of

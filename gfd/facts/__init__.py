@@ -13,9 +13,9 @@ Every name the rest of gfd uses is importable from here. ``dump_facts`` and
 ``facts_from_dict(parse_document(...))`` round-trip losslessly.
 """
 
-# The error belongs to the facts model; it is defined in gfd.errors so that gfd.errors
+# The error belongs to the facts model; it is defined in gfd.base.errors so that gfd.base.errors
 # imports nothing of gfd (no import circle).
-from gfd.errors import FactsError as FactsError
+from gfd.base.errors import FactsError as FactsError
 from gfd.facts.cpulist import cpulist_from_ids as cpulist_from_ids
 from gfd.facts.model import FABRIC_STATES as FABRIC_STATES
 from gfd.facts.model import GI_PROFILE_VARIANTS as GI_PROFILE_VARIANTS

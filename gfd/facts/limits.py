@@ -16,7 +16,7 @@ simulator's sysfs tree) is quadratic in the GPUs, so an unbounded count turns a 
 file into minutes of work.
 
 A violation is a :class:`FactsLimitError`: one line naming the file, the field, the
-count and the limit. It is also a :class:`~gfd.errors.ConfigError`, so the command line
+count and the limit. It is also a :class:`~gfd.base.errors.ConfigError`, so the command line
 reports it as a usage error (exit 2), the input itself being beyond what gfd accepts.
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gfd.errors import ConfigError, FactsError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError, FactsError
+from gfd.base.frozen import frozen_dataclass
 
 #: GPUs of one node. The largest single system image ships 16 (DGX-2 and HGX-2 boards;
 #: PCIe servers reach 20); a GB200 NVL72 rack has 72, but each of its trays is a node of 4.

@@ -18,7 +18,7 @@ import re
 from dataclasses import field
 from typing import Literal
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 SCHEMA_VERSION = 1
 

@@ -5,7 +5,7 @@ declaration order, what ``gfd facts`` derives appended under :data:`DERIVED_KEY`
 :func:`save_facts_text`, a capture file written whole or not at all) and the
 first steps of reading them: a facts or profile file's text, bounded
 (:func:`read_facts_text`), and its YAML or JSON parsed with parser errors as
-:class:`~gfd.errors.FactsError` with a line (:func:`parse_document`). Building facts from
+:class:`~gfd.base.errors.FactsError` with a line (:func:`parse_document`). Building facts from
 the parsed document is :func:`gfd.facts.validate.facts_from_dict`.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from gfd.errors import FactsError
+from gfd.base.errors import FactsError
 from gfd.facts.model import NodeFacts
 
 #: Top-level key under which ``gfd facts`` adds what it derives from the facts; never read back.
@@ -78,7 +78,7 @@ def save_facts_text(text: str, path: str | Path) -> None:
     import os
     import tempfile
 
-    from gfd.errors import GfdError
+    from gfd.base.errors import GfdError
 
     target = Path(path)
     try:
@@ -108,7 +108,7 @@ def save_facts_text(text: str, path: str | Path) -> None:
 
 def read_facts_text(path: str | Path) -> str:
     """The text of a facts (or profile) file, bounded to ``FACTS_FILE_LIMIT``; FactsError else."""
-    from gfd.inputs import FACTS_FILE_LIMIT, InputRejected, read_bounded_text
+    from gfd.base.inputs import FACTS_FILE_LIMIT, InputRejected, read_bounded_text
 
     source = str(path)
     try:

@@ -5,7 +5,7 @@ a document larger than any node (:mod:`gfd.facts.limits`) before building anythi
 builds the dataclasses of :mod:`gfd.facts.model` field by field from their type hints,
 and checks what types alone cannot say (GPU indices in order, bus ids and cpulists well
 formed and unique, pairs naming GPUs that exist). Every problem is a
-:class:`~gfd.errors.FactsError` naming the source, the field path and what is wrong.
+:class:`~gfd.base.errors.FactsError` naming the source, the field path and what is wrong.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args, get_origin
 
-from gfd.errors import FactsError
+from gfd.base.errors import FactsError
 from gfd.facts.cpulist import CPULIST_PATTERN
+from gfd.facts.limits import check_data_bounds
 from gfd.facts.model import (
     BUS_ID_PATTERN,
     GI_PROFILE_INDEX_COUNT,
@@ -30,7 +31,6 @@ from gfd.facts.model import (
     PcieLink,
     PciPair,
 )
-from gfd.facts.limits import check_data_bounds
 
 
 def facts_from_dict(data: Any, source: str = "<facts>") -> NodeFacts:

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gfd.errors import ConfigError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError
+from gfd.base.frozen import frozen_dataclass
 from gfd.health.condition import CONDITION_TYPE, REASON_HEALTHY
 from gfd.scheduling.cluster import pages
 

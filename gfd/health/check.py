@@ -18,11 +18,11 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gfd.base.errors import GfdError
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import DEFAULT_IGNORED_XIDS, DEFAULT_PCIE_REPLAYS_PER_MINUTE, XidThreshold
-from gfd.errors import GfdError
 from gfd.facts import Gpu, NodeFacts
-from gfd.frozen import frozen_dataclass
-from gfd.pci import sysfs_bus_id
+from gfd.facts.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
     from gfd.config import Sharing

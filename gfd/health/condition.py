@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gfd.errors import SinkError, shorten
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import SinkError, shorten
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.logs import get_logger
 from gfd.health.check import CANNOT_DECIDE, OK, Verdict
-from gfd.logs import get_logger
 
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient
@@ -190,7 +190,7 @@ class NodeSource(Protocol):
         ...
 
     def read_ahead(self) -> Mapping[str, Any]:
-        """The Node for this cycle, read early; raises :class:`~gfd.errors.SinkError`."""
+        """The Node for this cycle, read early; raises :class:`~gfd.base.errors.SinkError`."""
         ...
 
 

@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from gfd.errors import GfdError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import GfdError
+from gfd.base.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config import Sharing
@@ -236,7 +236,7 @@ class GpuPublishers:
 class DraNodeWatch:
     """Tells each cycle whether the node is a DRA node, reading the slices sparingly.
 
-    ``list_slices`` lists the node's ResourceSlices (raising :class:`~gfd.errors.GfdError`
+    ``list_slices`` lists the node's ResourceSlices (raising :class:`~gfd.base.errors.GfdError`
     when the API server cannot answer; None: there is no API to ask, and no node is a DRA
     node). They are read only while an expected plugin resource is missing (a node whose
     plugin is registered never costs a read), at most once every ``interval`` cycles or at

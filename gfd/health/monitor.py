@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gfd.base.errors import GfdError
 from gfd.config.values import HEALTH_CHECKS
-from gfd.errors import GfdError
 from gfd.facts import NodeFacts
 from gfd.health.check import (
     CANNOT_DECIDE,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import (
     DEVICE_PLUGIN_CHECK,
     FABRIC_CHECK,
@@ -26,7 +27,6 @@ from gfd.config.values import (
     PCIE_CHECK,
     XID_CHECK,
 )
-from gfd.frozen import frozen_dataclass
 from gfd.health.check import CheckFactory
 
 #: The package every check's module is in.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
 from gfd.facts import NodeFacts
 from gfd.health.check import Verdict
 from gfd.health.condition import (

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from gfd.errors import SinkError
+from gfd.base.errors import SinkError
 from gfd.health.dra_node import DRA_DRIVER
 from gfd.kube_api import KubeClient
 
@@ -38,8 +38,8 @@ class ResourceSliceReader:
         self.lists = 0
 
     def list(self) -> list[Mapping[str, Any]]:
-        """The driver's slices on this node; raises :class:`~gfd.errors.SinkError` (a
-        :class:`~gfd.errors.GfdError`) when the API server cannot answer."""
+        """The driver's slices on this node; raises :class:`~gfd.base.errors.SinkError` (a
+        :class:`~gfd.base.errors.GfdError`) when the API server cannot answer."""
         self.lists += 1
         response = self._client.request(
             "GET",

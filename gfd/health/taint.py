@@ -43,8 +43,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
-from gfd.errors import SinkError, shorten
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import SinkError, shorten
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.logs import get_logger
 from gfd.health.condition import (
     EVENT_NAMESPACE,
     MAX_MESSAGE,
@@ -54,7 +55,6 @@ from gfd.health.condition import (
     Transition,
     event_body,
 )
-from gfd.logs import get_logger
 
 if TYPE_CHECKING:
     from gfd.kube_api import KubeClient
@@ -313,7 +313,7 @@ class NodeTaintWriter:
         """Remove gfd's taint and its record from the Node read as ``node`` (``gfd
         cleanup``, for an uninstall): the same plan and guarded write as a healthy cycle's,
         but no Event. Returns the taint removed (None: gfd had none there; a record that
-        outlived its taint is dropped all the same). Raises :class:`~gfd.errors.SinkError`."""
+        outlived its taint is dropped all the same). Raises :class:`~gfd.base.errors.SinkError`."""
         self._node = node
         plan = self._apply(node, None)
         return plan.before if plan is not None else None

@@ -16,14 +16,14 @@ in its trigger column instead): :data:`CATALOG` holds what they are, with no act
 their counter label is ``unknown``, as for an Xid the catalog does not list. Nothing here
 decides which Xids are fatal: that is ``--health-fatal-xids`` / ``--health-ignored-xids``.
 
-Pure data, loaded once at import; of gfd it imports only :mod:`gfd.frozen`.
+Pure data, loaded once at import; of gfd it imports only :mod:`gfd.base.frozen`.
 """
 
 from __future__ import annotations
 
 import enum
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 #: Where the table comes from: NVIDIA's page, and what it was checked against.
 SOURCE = (

@@ -34,7 +34,8 @@ from urllib.parse import quote
 
 import tenacity
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
+from gfd.base.logs import get_logger
 from gfd.kube_api.credentials import (
     IN_CLUSTER_CA_PATH,
     IN_CLUSTER_TOKEN_PATH,
@@ -50,7 +51,6 @@ from gfd.kube_api.retry import (
     is_retryable_status,
     parse_retry_after,
 )
-from gfd.logs import get_logger
 
 log = get_logger()
 

@@ -8,7 +8,7 @@ the file changes) and whose CA bundle it fills and rotates too (:class:`ServiceA
 judged again whenever the file changes; a pod that starts before it is filled waits for
 it instead of failing). Each source can be read again in full (:attr:`Credentials.reload`),
 which the client does once after a 401. Every problem at start-up is a
-:class:`~gfd.errors.ConfigError` naming the file. A kubeconfig with
+:class:`~gfd.base.errors.ConfigError` naming the file. A kubeconfig with
 ``insecure-skip-tls-verify`` is said once per process, in gfd's log, naming the file and
 the cluster's CA to set instead; urllib3's own warning at every request is silenced.
 """
@@ -20,16 +20,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gfd.config.host import NODE_PATHS
-from gfd.errors import ConfigError, echo, shorten
-from gfd.inputs import (
+from gfd.base.errors import ConfigError, echo, shorten
+from gfd.base.inputs import (
     KUBECONFIG_LIMIT,
     TOKEN_FILE_LIMIT,
     InputRejected,
     check_yaml,
     read_bounded_text,
 )
-from gfd.logs import get_logger
+from gfd.base.logs import get_logger
+from gfd.config.host import NODE_PATHS
 
 log = get_logger()
 

@@ -2,9 +2,9 @@
 
 Every failure of :meth:`gfd.kube_api.client.KubeClient.request` leaves as one of:
 
-- :class:`KubeApiError` (a :class:`~gfd.errors.SinkError`: retrying later may help): 5xx,
+- :class:`KubeApiError` (a :class:`~gfd.base.errors.SinkError`: retrying later may help): 5xx,
   408 and 429 past the retry deadline, connection errors and timeouts;
-- :class:`KubeApiPermanentError` (a :class:`~gfd.errors.SinkPermanentError`): any other
+- :class:`KubeApiPermanentError` (a :class:`~gfd.base.errors.SinkPermanentError`): any other
   4xx such as 400, 401 after a credential reload, 403, 404 or 422, and TLS set-up failures;
 - :class:`Interrupted`: the stop event was set while a retry was waiting.
 
@@ -16,7 +16,7 @@ A response that is no Kubernetes object, or too large, is a plain ``SinkError``
 
 from __future__ import annotations
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
 
 
 class _RequestFailure(Exception):

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from gfd.errors import SinkError, echo, shorten
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import SinkError, echo, shorten
+from gfd.base.frozen import frozen_dataclass
 
 #: The most of one response body gfd reads. etcd stores objects of at most 1.5 MiB,
 #: so a Node or NodeFeature is far smaller; a larger answer is not an object of ours.

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 #: 4xx statuses worth retrying (besides every 5xx): the server timed out reading the
 #: request, or throttled it. Any other 4xx means the request itself is wrong, denied

@@ -21,7 +21,7 @@ families are computed by the agent (:mod:`gfd.agent`) and reach their labelers t
 families are merged and validated.
 
 Sharing with MPS on a node with a MIG-enabled GPU raises
-:class:`gfd.errors.ConfigError`: the reference refuses that configuration too.
+:class:`gfd.base.errors.ConfigError`: the reference refuses that configuration too.
 
 Every key and value is checked against Kubernetes' label rules before it leaves
 this layer; an invalid one is dropped and reported, never emitted.
@@ -32,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import field, replace
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import NodeFacts
-from gfd.frozen import frozen_dataclass
 from gfd.labels.core import (
     GPU_MODE_LABELER,
     HARDWARE_PRODUCT_LABELER,

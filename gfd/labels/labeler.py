@@ -16,9 +16,9 @@ from dataclasses import field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import LABEL_MODE_DEVICE_PLUGIN, LABEL_MODE_HARDWARE
 from gfd.facts import NodeFacts
-from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.config import Sharing

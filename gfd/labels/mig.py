@@ -27,8 +27,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import GI_PROFILE_VARIANTS, Gpu, MigDevice, NodeFacts
-from gfd.frozen import frozen_dataclass
 from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, FamilyLabeler
 from gfd.labels.rules import product_value
 from gfd.labels.sharing import FULL_GPU_RESOURCE, Replication, replication_for

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import NodeFacts
-from gfd.frozen import frozen_dataclass
 from gfd.labels.labeler import DEVICE_PLUGIN_ONLY, FamilyLabeler
 from gfd.labels.rules import product_value
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import NodeFacts
-from gfd.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from gfd.health import Verdict

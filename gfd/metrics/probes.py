@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from gfd.errors import ConfigError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError
+from gfd.base.frozen import frozen_dataclass
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

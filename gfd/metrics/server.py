@@ -20,8 +20,8 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
-from gfd.errors import ConfigError, echo
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError, echo
+from gfd.base.frozen import frozen_dataclass
 from gfd.metrics.probes import Health, Probed
 
 if TYPE_CHECKING:

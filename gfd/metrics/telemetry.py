@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gfd.base.errors import ERROR_KINDS, ConfigError
 from gfd.config.values import HEALTH_CHECKS
-from gfd.errors import ERROR_KINDS, ConfigError
 from gfd.metrics.probes import (
     DEFAULT_CYCLE_DEADLINE,
     LIVENESS_MARGIN,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import MigDevice, NvLinkP2P, PciPair, VgpuInfo
-from gfd.frozen import frozen_dataclass
 
 
 class _Unread:

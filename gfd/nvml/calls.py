@@ -2,8 +2,8 @@
 
 This module owns the rules every NVML call of a read follows (the roles of
 :data:`gfd.nvml.reader.NVML_CALLS`): a *required* call's error fails the read with a
-:class:`gfd.errors.NvmlError` carrying NVML's error name (:class:`~gfd.errors.NvmlNotReady`
-for a driver that is not there, :class:`~gfd.errors.NvmlGpuLost` for a GPU that fell off
+:class:`gfd.base.errors.NvmlError` carrying NVML's error name (:class:`~gfd.base.errors.NvmlNotReady`
+for a driver that is not there, :class:`~gfd.base.errors.NvmlGpuLost` for a GPU that fell off
 the bus); an *optional* call's NOT_SUPPORTED, FUNCTION_NOT_FOUND or INVALID_ARGUMENT makes
 its fact absent and is recorded with its cause. It also owns the refusal of counts no real
 node reports (:class:`NvmlBeyondLimits`), checked before anything that grows with them is
@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady
+from gfd.base.errors import NvmlError, NvmlGpuLost, NvmlNotReady
 from gfd.facts.limits import MACHINE_LIMITS, MachineLimits, limit_problem
 
 #: NVML errors that make an optional fact absent: the driver's library does not export the

@@ -16,8 +16,9 @@ from typing import Any
 
 import pynvml
 
+from gfd.base.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.facts import SERIAL_PATTERN, Gpu, cpulist_from_ids
-from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
+from gfd.facts.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
 from gfd.nvml.cache import GpuStatic, ReadCache
 from gfd.nvml.calls import NvmlCaller, text
 from gfd.nvml.fabric import read_fabric
@@ -26,7 +27,6 @@ from gfd.nvml.mig import mig_devices_if_enabled
 from gfd.nvml.nvlink import read_nvlink_version, read_nvlinks
 from gfd.nvml.pcie import read_pcie
 from gfd.nvml.vgpu import read_virtualization_mode
-from gfd.pci import PCI_DEVICES, read_hex, read_sysfs_int, sysfs_bus_id
 
 #: Words of 64 CPUs asked of nvmlDeviceGetCpuAffinity: 4096 CPUs covers any machine shipped.
 CPU_AFFINITY_WORDS = 64

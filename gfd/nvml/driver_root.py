@@ -30,10 +30,10 @@ from pathlib import Path, PurePosixPath
 
 import pynvml
 
+from gfd.base.errors import NvmlNotReady
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.inputs import InputRejected, read_bounded_text
 from gfd.config.host import NODE_PATHS
-from gfd.errors import NvmlNotReady
-from gfd.frozen import frozen_dataclass
-from gfd.inputs import InputRejected, read_bounded_text
 
 #: Where NVIDIA's device plugin and GFD expect the driver root by default
 #: (``--driver-root-ctr-path``); gfd looks there only when it is a directory.
@@ -237,7 +237,7 @@ def _not_found(detail: str) -> NvmlNotReady:
 def find_nvml_library(root: Path, architecture: Architecture) -> Path:
     """The real path of the loadable ``libnvidia-ml.so.1`` under ``root``.
 
-    Raises :class:`gfd.errors.NvmlNotReady` (``NVML_ERROR_LIBRARY_NOT_FOUND``: the agent
+    Raises :class:`gfd.base.errors.NvmlNotReady` (``NVML_ERROR_LIBRARY_NOT_FOUND``: the agent
     retries, as for a driver still being installed) naming the root and the directories
     tried, with the reason of each candidate that was there but not loadable.
     """
@@ -283,7 +283,7 @@ def nvml_library_path(
 
     - not set (None): ``default_root`` if it is a directory (mounted), else the linker;
     - ``""`` or ``/``: the linker, as NVIDIA's plugin does for an empty or ``/`` root;
-    - a path: the library under it, or :class:`gfd.errors.NvmlNotReady` naming it when the
+    - a path: the library under it, or :class:`gfd.base.errors.NvmlNotReady` naming it when the
       path is no directory or holds none: a root that was asked for is never silently
       swapped for another library.
     """

@@ -13,7 +13,7 @@ from typing import Any
 
 import pynvml
 
-from gfd.errors import NvmlError
+from gfd.base.errors import NvmlError
 from gfd.facts import FABRIC_STATES, FabricInfo
 from gfd.nvml.calls import NvmlCaller
 

@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.host import NODE_PATHS
-from gfd.frozen import frozen_dataclass
 
 #: The kernel's log device.
 KERNEL_LOG = Path(NODE_PATHS.kernel_log)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pynvml
 
-from gfd.errors import NvmlNotReady
+from gfd.base.errors import NvmlNotReady
 
 #: Held while NVML is started, read or shut down: pynvml's state is per process.
 library_lock = threading.Lock()

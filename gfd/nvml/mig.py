@@ -14,7 +14,7 @@ from typing import Any
 
 import pynvml
 
-from gfd.errors import NvmlError
+from gfd.base.errors import NvmlError
 from gfd.facts import GI_PROFILE_VARIANTS, MigDevice
 from gfd.nvml.cache import UNREAD, GpuStatic
 from gfd.nvml.calls import NvmlCaller, text, within_limit

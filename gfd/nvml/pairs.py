@@ -13,7 +13,7 @@ from typing import Any
 
 import pynvml
 
-from gfd.errors import NvmlError
+from gfd.base.errors import NvmlError
 from gfd.facts import P2P_STATUSES, PCI_LEVELS, Gpu, NvLinkP2P, PciPair
 from gfd.nvml.calls import NvmlCaller
 

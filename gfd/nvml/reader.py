@@ -10,7 +10,7 @@ makes is listed in :data:`NVML_CALLS` with its role (the rules of each role are
 
 * *required*: the identity of a GPU (count, handle, name, UUID, PCI info) and, on a
   MIG-enabled GPU, its MIG devices; any error fails the read with a
-  :class:`gfd.errors.NvmlError` carrying NVML's error name.
+  :class:`gfd.base.errors.NvmlError` carrying NVML's error name.
 * *required, may be unsupported*: driver and CUDA versions, memory, compute
   capability. Every driver branch exports them; NOT_SUPPORTED makes the fact absent.
 * *optional*: everything else. Not exported by this driver (FUNCTION_NOT_FOUND), not
@@ -35,11 +35,11 @@ from typing import Literal
 
 import pynvml
 
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.config.host import NODE_PATHS
 from gfd.facts import NodeFacts
 from gfd.facts.limits import MACHINE_LIMITS, MachineLimits
-from gfd.frozen import frozen_dataclass
-from gfd.inputs import SYSFS_ATTRIBUTE_LIMIT, InputRejected, read_bounded
 from gfd.nvml.cache import ReadCache
 from gfd.nvml.calls import NvmlBeyondLimits as NvmlBeyondLimits
 from gfd.nvml.calls import NvmlCaller, as_gfd_error, on_gpu, text, within_limit

@@ -1,4 +1,4 @@
-"""vGPU guest detection: from PCI configuration space (read through :mod:`gfd.pci`), and
+"""vGPU guest detection: from PCI configuration space (read through :mod:`gfd.facts.pci`), and
 from NVML's virtualization mode.
 
 This module owns how gfd tells that it runs in a vGPU guest. NVIDIA's vGPU manager
@@ -24,8 +24,8 @@ from typing import Any
 import pynvml
 
 from gfd.facts import VgpuInfo
+from gfd.facts.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 from gfd.nvml.calls import NvmlCaller
-from gfd.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 
 VGPU_SIGNATURE = b"VF"
 #: Offset of the first record inside the vGPU capability.

@@ -44,9 +44,9 @@ from typing import Any, Protocol
 
 import pynvml
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import Gpu
-from gfd.frozen import frozen_dataclass
 from gfd.nvml.calls import as_gfd_error, error_name, text
 from gfd.nvml.library import library_lock, select_library
 
@@ -59,7 +59,7 @@ MAX_PENDING_EVENTS = 4096
 NO_INSTANCE = 0xFFFFFFFF
 
 #: Where the library comes from: a path, None (the driver's ``libnvidia-ml.so.1``), or a
-#: function giving either at each start (it may raise :class:`gfd.errors.NvmlError`).
+#: function giving either at each start (it may raise :class:`gfd.base.errors.NvmlError`).
 LibraryPath = str | Path | None | Callable[[], str | Path | None]
 
 
@@ -124,7 +124,7 @@ class XidWatcher:
     (wall-clock seconds); ``on_event`` hears of each event on the watcher's thread as it
     arrives (it must be quick and must not raise; it may be changed at any time);
     ``max_pending`` events wait for a drain at most, the oldest dropped beyond it.
-    :meth:`start` raises :class:`gfd.errors.NvmlError` when NVML cannot be initialised
+    :meth:`start` raises :class:`gfd.base.errors.NvmlError` when NVML cannot be initialised
     or no event set can be made; a GPU that cannot be registered does not stop it (see
     :attr:`unwatched`).
     """
@@ -173,7 +173,7 @@ class XidWatcher:
     def start(self) -> None:
         """Take an NVML reference, register every GPU, and start waiting.
 
-        Raises :class:`gfd.errors.NvmlError` (kept in :attr:`start_error` too) when NVML
+        Raises :class:`gfd.base.errors.NvmlError` (kept in :attr:`start_error` too) when NVML
         cannot start or no event set can be made; nothing is left held then.
         """
         with library_lock:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
 from gfd.health.condition import CONDITION_TYPE
 from gfd.health.dra_node import DRA_DRIVER
 from gfd.kube_api.errors import KubeApiPermanentError

@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gfd.errors import ConfigError, echo
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError, echo
+from gfd.base.frozen import frozen_dataclass
 
 CUDA_MAJOR = "nvidia.com/cuda.runtime-version.major"
 CUDA_MINOR = "nvidia.com/cuda.runtime-version.minor"

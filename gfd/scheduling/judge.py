@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gfd.errors import ConfigError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError
+from gfd.base.frozen import frozen_dataclass
 from gfd.health.condition import CONDITION_TYPE
 from gfd.health.taint import TAINT_KEY
 from gfd.scheduling.cluster import Cluster, NodeUsage, condition, is_gpu_node

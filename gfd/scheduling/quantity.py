@@ -11,7 +11,7 @@ import math
 import re
 from fractions import Fraction
 
-from gfd.errors import ConfigError, echo
+from gfd.base.errors import ConfigError, echo
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {

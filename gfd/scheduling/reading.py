@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from gfd.errors import ConfigError
-from gfd.inputs import CLUSTER_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
+from gfd.base.errors import ConfigError
+from gfd.base.inputs import CLUSTER_FILE_LIMIT, InputRejected, check_yaml, read_bounded_text
 
 if TYPE_CHECKING:
     from gfd.config import Settings

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 #: The taint a cordoned node is judged by (the scheduler's NodeUnschedulable filter).
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"

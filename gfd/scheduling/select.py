@@ -22,8 +22,8 @@ from fractions import Fraction
 from itertools import product as cartesian
 from typing import Any
 
-from gfd.errors import ConfigError, echo
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError, echo
+from gfd.base.frozen import frozen_dataclass
 from gfd.scheduling.rules import expression_matches
 
 PREFIX = "nvidia.com/"

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from gfd.errors import ConfigError, echo
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import ConfigError, echo
+from gfd.base.frozen import frozen_dataclass
 from gfd.scheduling.quantity import parse_quantity, scheduler_units
 
 #: Where each kind keeps its pod spec, below the object.

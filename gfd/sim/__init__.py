@@ -35,7 +35,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gfd.errors import ConfigError, GfdError
+from gfd.base.errors import ConfigError, GfdError
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import (
     DERIVED_KEY,
     NodeFacts,
@@ -45,7 +46,6 @@ from gfd.facts import (
     read_facts_text,
 )
 from gfd.facts.limits import check_document_bounds
-from gfd.frozen import frozen_dataclass
 from gfd.nvml.branches import LATEST_BRANCH, driver_branch, older_than_emulated
 from gfd.sim.gpu_health import with_default_memory_health
 from gfd.sim.machine_file import check_servable, render_machine_file
@@ -320,7 +320,7 @@ def _warn_if_older_than_emulated(profile: SimulationProfile) -> None:
         return
     note = older_than_emulated(profile.facts.driver_version)
     if note is not None:
-        from gfd.logs import get_logger
+        from gfd.base.logs import get_logger
 
         get_logger().warning(
             "driver older than every emulated branch", note=note, source=profile.source

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
 from gfd.sim import BUNDLED_PROFILES, prepare_machine
 
 

@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from gfd.errors import GfdError
-from gfd.frozen import frozen_dataclass
+from gfd.base.errors import GfdError
+from gfd.base.frozen import frozen_dataclass
 from gfd.nvml.branches import FIRST_EXPORTED_IN, LATEST_BRANCH, exported_in
 
 #: Section types (elf.h).

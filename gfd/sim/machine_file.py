@@ -24,9 +24,9 @@ from gfd.facts import (
     VgpuInfo,
 )
 from gfd.facts.limits import MAX_MIG_DEVICES
+from gfd.facts.pci import DISPLAY_BASE_CLASS
 from gfd.nvml.branches import FIRST_EXPORTED_IN, NotADriverVersion, driver_branch, exported_in
 from gfd.nvml.vgpu import HOST_DRIVER_BRANCH_LENGTH, HOST_DRIVER_VERSION_LENGTH
-from gfd.pci import DISPLAY_BASE_CLASS
 from gfd.sim.gpu_health import check_memory_health, value_records
 from gfd.sim.pcie_link import check_pcie, pcie_value_records
 

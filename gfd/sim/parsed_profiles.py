@@ -94,7 +94,7 @@ def write_twins(profiles_dir: Path) -> list[Path]:
 
 def main() -> int:
     """``make profiles``: regenerate the bundled profiles' twins."""
-    from gfd.errors import GfdError
+    from gfd.base.errors import GfdError
     from gfd.sim import PROFILES_DIR
 
     try:

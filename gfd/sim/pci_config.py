@@ -12,19 +12,19 @@ then returns only the first 64 bytes.
 from __future__ import annotations
 
 from gfd.facts import VgpuInfo
-from gfd.nvml.vgpu import (
-    HOST_DRIVER_BRANCH_LENGTH,
-    HOST_DRIVER_RECORD,
-    HOST_DRIVER_VERSION_LENGTH,
-    VGPU_SIGNATURE,
-)
-from gfd.pci import (
+from gfd.facts.pci import (
     CAPABILITY_POINTER_OFFSET,
     CAPABILITY_VENDOR_SPECIFIC,
     CONFIG_SPACE_SIZE,
     NVIDIA_VENDOR_ID,
     STATUS_CAPABILITY_LIST,
     STATUS_OFFSET,
+)
+from gfd.nvml.vgpu import (
+    HOST_DRIVER_BRANCH_LENGTH,
+    HOST_DRIVER_RECORD,
+    HOST_DRIVER_VERSION_LENGTH,
+    VGPU_SIGNATURE,
 )
 
 #: What the kernel lets an unprivileged process read of config space.

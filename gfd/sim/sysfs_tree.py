@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gfd.facts import NodeFacts
-from gfd.pci import NVIDIA_VENDOR_ID, PCI_DEVICES, sysfs_bus_id
+from gfd.facts.pci import NVIDIA_VENDOR_ID, PCI_DEVICES, sysfs_bus_id
 from gfd.sim.pci_config import config_space
 
 #: Lines of a type-0 function's ``resource`` file: 6 BARs, the ROM, 4 SR-IOV/bridge windows

@@ -2,7 +2,7 @@
 
 A sink takes one :class:`Publication` per cycle and makes the outside world match
 it. Every sink is idempotent: publishing what is already there writes nothing and
-returns ``False``. A sink raises :class:`gfd.errors.SinkError` (or its permanent
+returns ``False``. A sink raises :class:`gfd.base.errors.SinkError` (or its permanent
 subclass) when it could not publish, leaving what it published before intact.
 
 Sinks that talk to Kubernetes import the ``kubernetes`` client themselves, so the
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Protocol
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 
 @frozen_dataclass

@@ -59,8 +59,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from gfd.errors import SinkError, SinkPermanentError
-from gfd.logs import get_logger
+from gfd.base.errors import SinkError, SinkPermanentError
+from gfd.base.logs import get_logger
 from gfd.sinks import Publication
 
 log = get_logger()

@@ -35,7 +35,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gfd.errors import SinkError, SinkPermanentError, echo
+from gfd.base.errors import SinkError, SinkPermanentError, echo
+from gfd.base.logs import get_logger
 from gfd.kube_api import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -46,7 +47,6 @@ from gfd.kube_api import (
     status_message,
 )
 from gfd.labels.core import TIMESTAMP_KEY
-from gfd.logs import get_logger
 from gfd.sinks import Publication
 
 # The keys gfd owns on a node, importable from the sink that writes them.

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 from gfd.labels.core import TIMESTAMP_KEY
 from gfd.labels.families import gfd_can_produce
 from gfd.sinks import Publication

@@ -25,9 +25,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
+from gfd.base.logs import get_logger
 from gfd.kube_api import KubeApiPermanentError, KubeClient, path_segment
-from gfd.logs import get_logger
 from gfd.sinks import Publication
 
 log = get_logger()

@@ -4,7 +4,7 @@
  * Owns one function, build(gpu_count, bus_keys, numa_nodes, levels, links[, p2p]), the
  * twin of gfd/topology/python_builder.py: same input (the compact buffers of
  * gfd/topology/compact.py), same raw result, same checks in the same order with the
- * same messages (raised as gfd.errors.TopologyError). The rules are documented
+ * same messages (raised as gfd.base.errors.TopologyError). The rules are documented
  * there; change one builder, change the other. The module also holds the C ends of
  * the path around it: encode (facts -> compact input, _encode.c) and the matrix cells
  * and annotation rows (_cells.c).
@@ -720,7 +720,7 @@ static struct PyModuleDef builder_module = {
 
 PyMODINIT_FUNC PyInit__builder(void)
 {
-    PyObject *errors = PyImport_ImportModule("gfd.errors");
+    PyObject *errors = PyImport_ImportModule("gfd.base.errors");
     if (!errors)
         return NULL;
     gfd_topology_error = PyObject_GetAttrString(errors, "TopologyError");

@@ -14,7 +14,7 @@
 #define P2P_FIELDS 2
 #define BUS_KEY_LIMIT ((int64_t)1 << 52)
 
-/* gfd.errors.TopologyError, looked up once at import (in _builder.c). */
+/* gfd.base.errors.TopologyError, looked up once at import (in _builder.c). */
 extern PyObject *gfd_topology_error;
 
 /* _encode.c: encode(gpus, pci_pairs, pci_levels, remote_codes). */

@@ -38,9 +38,9 @@ import re
 from array import array
 from typing import NoReturn
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import PCI_LEVELS, NodeFacts
-from gfd.frozen import frozen_dataclass
 from gfd.topology.extension import Implementation, c_extension, check_implementation
 from gfd.topology.model import LEVEL_NOT_REPORTED
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Literal
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 #: PCIe level codes held in :attr:`Topology.levels`, and their ``nvidia-smi topo -m`` spelling.
 #: NVML's INTERNAL (two GPUs on one board) has no code of its own in nvidia-smi's legend

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter
 from itertools import pairwise
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.topology.compact import (
     LINK_FIELDS,
     P2P_FIELDS,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.facts import NodeFacts
 from gfd.topology.extension import Implementation, c_extension, check_implementation
 from gfd.topology.model import Topology

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gfd.agent import Agent, Derived, LoopControl, derive_topology, next_delay
-from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
+from gfd.base.errors import NvmlError, NvmlGpuLost, NvmlNotReady, SinkError, SinkPermanentError
 from gfd.facts import NodeFacts, NvLink
 from gfd.labels import LabelOptions
 from gfd.metrics import AgentTelemetry
@@ -292,7 +292,7 @@ def test_the_json_log_carries_the_traceback_of_an_internal_failure() -> None:
     import io
     import json
 
-    from gfd.logs import configure_logging, get_logger
+    from gfd.base.logs import configure_logging, get_logger
 
     stream = io.StringIO()
     configure_logging("info", stream=stream, json=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from gfd.app.sinks import SINK_KINDS, SinkContext, SinkFactory
+from gfd.base.errors import ConfigError
 from gfd.config import Settings
-from gfd.errors import ConfigError
 
 
 def wanted(settings: Settings) -> list[str]:

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from gfd.app.label_mode import AutoLabelMode, CycleNodeRead, LabelModeSetup, label_options
+from gfd.base.errors import SinkError
 from gfd.config import Settings
-from gfd.errors import SinkError
 from gfd.health.dra_node import DRA_DRIVER, DraNodeWatch
 from tests.health.doubles import EIGHT, Log, node
 

@@ -14,11 +14,11 @@ import pytest
 
 from gfd.app.exit_status import EXIT_FAILED
 from gfd.app.node_reader import NO_NVML_HINT, NodeReader, facts_source
+from gfd.base.errors import NvmlNotReady
 from gfd.config import Settings
-from gfd.errors import NvmlNotReady
 from gfd.facts import VgpuInfo
+from gfd.facts.pci import PCI_DEVICES
 from gfd.nvml.vgpu import read_vgpu
-from gfd.pci import PCI_DEVICES
 from gfd.sim import load_profile, simulate
 from gfd.sim.pci_config import config_space
 from tests.host import gfd_main as main

@@ -511,7 +511,7 @@ def expected_facts(
                 level = TOPOLOGY_LEVELS.get(default, "single")
             pairs.append({"a": a, "b": b, "level": level})
 
-    # gfd/pci.py reads the NVIDIA (vendor 0x10de) display functions' config space; the
+    # gfd/facts/pci.py reads the NVIDIA (vendor 0x10de) display functions' config space; the
     # renderer writes 256 bytes with a zero status register, so no capability list and no vGPU.
     vendors = []
     for rc in _sysfs_topology(config):

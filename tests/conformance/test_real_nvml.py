@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.errors import NvmlNotReady
+from gfd.base.errors import NvmlNotReady
 from gfd.nvml.branches import FIRST_EXPORTED_IN, driver_branch
 from gfd.nvml.reader import NVML_CALLS, read_facts
 from gfd.sim import library_path

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gfd.base.errors import ConfigError
 from gfd.doctor.agent_command import PROC_ROOT, agent_arguments
-from gfd.errors import ConfigError
 from tests.doctor.conftest import doctor
 from tests.host import test_host_seeing_own_processes
 

@@ -11,7 +11,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from gfd.errors import NvmlGpuLost
+from gfd.base.errors import NvmlGpuLost
 from gfd.health import FAILING, GPU_LOST, OK, HealthMonitor
 from gfd.health.checks.gpu_lost import PciScanner
 from tests.factories import make_facts, make_gpu

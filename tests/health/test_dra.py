@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from gfd.agent import Agent
-from gfd.errors import SinkError
+from gfd.base.errors import SinkError
+from gfd.base.logs import get_logger
 from gfd.facts import Gpu, NodeFacts
 from gfd.health import (
     CONDITION_TYPE,
@@ -37,7 +38,6 @@ from gfd.health.dra_node import DRA_DRIVER, DraNodeWatch, PublishedDevice, publi
 from gfd.health.resource_slices import RESOURCE_SLICES_PATH, ResourceSliceReader
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
-from gfd.logs import get_logger
 from gfd.sinks.node import NodeSink
 from tests.emulator import ApiServerEmulator
 from tests.emulator.server import GFD_RULES, Principal

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gfd.agent import Agent
+from gfd.base.logs import get_logger
 from gfd.config.values import XidThreshold
 from gfd.facts import NodeFacts
 from gfd.health import CONDITION_TYPE, EventRules, HealthMonitor, HealthReporter
@@ -27,7 +28,6 @@ from gfd.health.taint import TAINT_KEY, HealthOutputs, NodeTaintWriter
 from gfd.health.xid_catalog import action_label
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
-from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.kernel_xids import KernelLog
 from gfd.nvml.reader import NvmlReader

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.errors import NvmlError, NvmlGpuLost
+from gfd.base.errors import NvmlError, NvmlGpuLost
 from gfd.health import (
     FAILING,
     GPU_LOST,

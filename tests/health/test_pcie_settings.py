@@ -13,10 +13,10 @@ import pytest
 from gfd.app.health_setup import HealthSetup
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
+from gfd.base.logs import get_logger
 from gfd.config import ConfigError, Settings
 from gfd.health import PCIE, PcieRules
 from gfd.health.checks.pcie import PcieCheck
-from gfd.logs import get_logger
 
 from .test_taint_settings import config_file, settings_for
 

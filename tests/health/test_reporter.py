@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from gfd.errors import NvmlError
+from gfd.base.errors import NvmlError
 from gfd.health import (
     DEVICE_PLUGIN,
     GPU_LOST,

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from gfd.agent import Agent
+from gfd.base.logs import get_logger
 from gfd.health import CONDITION_TYPE, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.health.taint import (
@@ -35,7 +36,6 @@ from gfd.health.taint import (
 )
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
-from gfd.logs import get_logger
 from gfd.nvml.reader import NvmlReader
 from gfd.sim import SimulatedMachine, load_profile, simulate
 from gfd.sim.faults import Faults, GpuLost

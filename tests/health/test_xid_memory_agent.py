@@ -30,15 +30,15 @@ from gfd.agent import Agent
 from gfd.app.health_setup import HealthSetup
 from gfd.app.node_reader import NodeReader
 from gfd.app.sinks import SinkSet
+from gfd.base.errors import NvmlGpuLost
+from gfd.base.logs import get_logger
 from gfd.config import Settings
-from gfd.errors import NvmlGpuLost
 from gfd.health import CONDITION_TYPE, EventRules, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, ConditionWriter, NodeConditionWriter, node_reader
 from gfd.health.taint import TAINT_KEY, HealthOutputs, NodeTaintWriter
 from gfd.health.xid_catalog import action_label
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
-from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.driver_root import NVML_LIBRARY, this_architecture
 from gfd.nvml.reader import NvmlReader

@@ -3,7 +3,7 @@
 With the node sink, ``helm uninstall`` runs a post-delete Job: ``gfd cleanup --all-nodes``,
 waiting first for the pods of the DaemonSet's own selector, under a ServiceAccount whose
 rights are exactly those the cleanup was tested with on the API server emulator
-(tests/test_cleanup.py) and exist only while the hook runs. gfd's own parser must accept
+(tests/cleanup/test_cleanup.py) and exist only while the hook runs. gfd's own parser must accept
 the Job's arguments as that cleanup.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from gfd.cli import parse_command_line
+from tests.cleanup.test_cleanup import CLEANUP_RULES
 from tests.deploy.manifests import find, one, pod_spec
 from tests.helm.chart import MATRIX, Helm, is_hook, load_chart
 from tests.kube_fixtures import NAMESPACE
-from tests.test_cleanup import CLEANUP_RULES
 
 HOOK_KINDS = ["ClusterRole", "ClusterRoleBinding", "Job", "Role", "RoleBinding", "ServiceAccount"]
 POLICY_KINDS = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]

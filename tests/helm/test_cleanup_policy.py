@@ -18,6 +18,13 @@ import pytest
 
 from gfd.cleanup import clean_node
 from gfd.kube_api import KubeClient
+from tests.cleanup.test_cleanup import (  # noqa: F401 - fixtures are registered by import
+    CLEANUP_USER,
+    cleaner,
+    cleanup_kubeconfig,
+    leave_as_gfd_does,
+    node_labels,
+)
 from tests.deploy.admission_model import (
     AdmissionRequest,
     CelPolicy,
@@ -35,13 +42,6 @@ from tests.kube_fixtures import (  # noqa: F401 - fixtures are registered by imp
     kubeconfig,
     request_timeout,
     stop,
-)
-from tests.test_cleanup import (  # noqa: F401 - fixtures are registered by import
-    CLEANUP_USER,
-    cleaner,
-    cleanup_kubeconfig,
-    leave_as_gfd_does,
-    node_labels,
 )
 
 CHART_USER = service_account_user(DEFAULT_NAMESPACE, "gfd-cleanup")

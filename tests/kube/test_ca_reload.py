@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from gfd.agent import Agent
+from gfd.base.logs import get_logger
 from gfd.kube_api import KubeApiError, KubeApiPermanentError, KubeClient, connect_kubernetes
 from gfd.kube_api.client import TRUST_CHECK_SECONDS
 from gfd.labels import LabelOptions
-from gfd.logs import get_logger
 from gfd.nvml.reader import NvmlReader
 from gfd.sim import simulate
 from gfd.sinks.node import NodeSink

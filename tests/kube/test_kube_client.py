@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
+from gfd.base.logs import configure_logging
 from gfd.kube_api import (
     KubeApiError,
     KubeApiPermanentError,
@@ -24,7 +25,6 @@ from gfd.kube_api import (
 )
 from gfd.kube_api.client import MIN_REQUEST_TIMEOUT
 from gfd.kube_api.retry import RETRY_WARNING_INTERVAL, RetryReporter
-from gfd.logs import configure_logging
 from tests.emulator import ApiServerEmulator, Fault, Principal
 from tests.kube.conftest import FAST_RETRIES, NODE
 from tests.kube_fixtures import self_signed_certificate

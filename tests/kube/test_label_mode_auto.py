@@ -28,12 +28,12 @@ from gfd.app.metrics_endpoint import MetricsEndpoint
 from gfd.app.node_reader import facts_source
 from gfd.app.run import AgentAssembly
 from gfd.app.sinks import SinkFactory
+from gfd.base.logs import get_logger
 from gfd.cli import parse_command_line
 from gfd.config import resolve_settings
 from gfd.config.host import HostPaths
 from gfd.facts import NodeFacts
 from gfd.health.dra_node import DRA_DRIVER
-from gfd.logs import get_logger
 from gfd.sinks.node import OWNERSHIP_ANNOTATION
 from tests.emulator import ApiServerEmulator
 from tests.emulator.server import Fault

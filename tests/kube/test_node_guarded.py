@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
 from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
 from gfd.sinks import Publication
 from gfd.sinks.node import (

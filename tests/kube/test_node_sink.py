@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
 from gfd.kube_api import KubeClient, RetryPolicy, connect_kubernetes
 from gfd.sim import load_profile
 from gfd.sinks import Publication

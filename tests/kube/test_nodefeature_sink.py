@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
 from gfd.kube_api import KubeApiPermanentError, KubeClient, connect_kubernetes
 from gfd.sinks import Publication
 from gfd.sinks.nodefeature import NODE_NAME_LABEL, NodeFeatureSink

@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from gfd.agent import compute_labels
+from gfd.base.errors import ConfigError
 from gfd.config import SharedResource, Sharing
-from gfd.errors import ConfigError
 from gfd.labels import LabelOptions
 from gfd.labels.families import gfd_can_produce
 from gfd.sim import BUNDLED_PROFILES, load_profile

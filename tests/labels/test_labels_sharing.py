@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from gfd.base.errors import ConfigError
 from gfd.config import SharedResource, Sharing
-from gfd.errors import ConfigError
 from gfd.facts import Gpu
 from gfd.labels import LabelOptions, build_labels
 from tests.factories import NODE_LABELS, make_facts, make_gpu

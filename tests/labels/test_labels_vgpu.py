@@ -10,11 +10,11 @@ import pynvml
 import pytest
 
 from gfd.facts import FactsError, NodeFacts, VgpuInfo
+from gfd.facts.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 from gfd.labels import LabelOptions, build_labels
 from gfd.labels.vgpu import PRESENT_KEY, UNREADABLE_REASON, vgpu_labels
 from gfd.nvml.reader import read_facts
 from gfd.nvml.vgpu import host_driver, is_vgpu_capability, read_vgpu, vgpu_from_functions
-from gfd.pci import PciFunction, UnreadableConfig, nvidia_display_functions, vendor_capability
 from gfd.sim import SimulationProfile, load_profile, simulate
 from gfd.sim.pci_config import config_space
 from tests.factories import make_facts, make_gpu

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from gfd.errors import (
+from gfd.base.errors import (
     ERROR_KINDS,
     ConfigError,
     NvmlError,

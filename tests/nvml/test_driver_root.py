@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from gfd.base.errors import NvmlNotReady
 from gfd.config import resolve_settings
-from gfd.errors import NvmlNotReady
 from gfd.nvml.driver_root import (
     ARCHITECTURES,
     MAX_SEARCH_DIRS,

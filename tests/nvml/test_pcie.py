@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import pynvml
 import pytest
 
-from gfd.errors import NvmlGpuLost
+from gfd.base.errors import NvmlGpuLost
 from gfd.facts import NodeFacts, PcieLink
 from gfd.nvml.calls import error_name
 from gfd.nvml.reader import NvmlReader

@@ -10,10 +10,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gfd.errors import NvmlError, NvmlGpuLost, NvmlNotReady
+from gfd.base.errors import NvmlError, NvmlGpuLost, NvmlNotReady
 from gfd.facts import NodeFacts
+from gfd.facts.pci import sysfs_bus_id
 from gfd.nvml.reader import read_facts
-from gfd.pci import sysfs_bus_id
 from gfd.sim import SimulationProfile, load_profile, simulate
 from gfd.sim.faults import CallError, Faults, GpuLost
 

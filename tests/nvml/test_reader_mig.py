@@ -8,7 +8,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gfd.errors import NvmlError
+from gfd.base.errors import NvmlError
 from gfd.facts import NodeFacts
 from gfd.nvml.reader import read_facts
 from gfd.sim import CallError, Faults, SimulationProfile, load_profile, simulate

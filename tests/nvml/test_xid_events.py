@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import pynvml
 import pytest
 
-from gfd.errors import NvmlNotReady
+from gfd.base.errors import NvmlNotReady
 from gfd.nvml.reader import NvmlReader
 from gfd.nvml.xid_events import DEFAULT_WAIT_MS, UnwatchedGpu, XidEvent, XidGpu, XidWatcher
 from gfd.sim import SimulatedMachine, SimulationProfile, load_profile, simulate

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from gfd.agent import Agent
+from gfd.base.logs import get_logger
 from gfd.health import CONDITION_TYPE, HealthMonitor, HealthReporter
 from gfd.health.condition import EVENT_NAMESPACE, NodeConditionWriter, node_reader
 from gfd.kube_api import KubeClient
 from gfd.labels import LabelOptions
-from gfd.logs import get_logger
 from gfd.metrics import AgentTelemetry
 from gfd.nvml.reader import NvmlReader
 from gfd.sim import SimulatedMachine, load_profile, simulate

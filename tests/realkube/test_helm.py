@@ -177,7 +177,7 @@ def install(releases: Releases, name: str, values: Mapping[str, Any] | None = No
 
     Without the uninstall's cleanup hook: no kubelet runs a Job on this control plane, so
     its post-delete Job would never finish and every uninstall would time out. The
-    cleanup itself is tested on the API server emulator (tests/test_cleanup.py), its
+    cleanup itself is tested on the API server emulator (tests/cleanup/test_cleanup.py), its
     objects by the dry run below."""
     chosen = {"cleanup": {"onUninstall": False}, **dict(values or {})}
     with releases.config(name) as cfg:

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 
 from gfd.agent import compute_labels
+from gfd.base.errors import SinkPermanentError
 from gfd.config import SharedResource, Sharing
-from gfd.errors import SinkPermanentError
 from gfd.facts import Gpu, VgpuInfo
 from gfd.labels import LabelOptions
 from gfd.sim import PROFILES_DIR

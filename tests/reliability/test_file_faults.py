@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
 from gfd.sinks import Publication
 from gfd.sinks.featurefile import FeatureFileSink, render_feature_file
 from tests.host import gfd_main

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
 from gfd.scheduling.quantity import parse_quantity, scheduler_units, show_units
 from gfd.scheduling.workload import pod_requests, workloads_of
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
 from gfd.scheduling.select import (
     FAMILIES,
     INTERCONNECTS,
@@ -88,7 +88,7 @@ def test_the_affinity_matches_exactly_the_nodes_that_meet_the_requirements(
     for term in affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]:
         for expression in term["matchExpressions"]:
             assert all(
-                value.isdigit() or value.replace("-", "").isalnum() and not value.startswith("-")
+                value.isdigit() or (value.replace("-", "").isalnum() and not value.startswith("-"))
                 for value in expression.get("values", [])
             )
     selector = selector_for(wanted)

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 
 import pytest
 
-from gfd.errors import NvmlGpuLost
+from gfd.base.errors import NvmlGpuLost
 from gfd.facts import NodeFacts, NvLink, PciPair
+from gfd.facts.pci import PCI_DEVICES, sysfs_bus_id
 from gfd.nvml.reader import NvmlReader, read_facts
-from gfd.pci import PCI_DEVICES, sysfs_bus_id
 from gfd.sim import (
     Faults,
     GpuLost,

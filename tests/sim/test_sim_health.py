@@ -23,7 +23,7 @@ from types import ModuleType
 import pynvml
 import pytest
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
 from gfd.facts import FactsError, Gpu, MemoryHealth, NodeFacts, RemappedRows, RetiredPages
 from gfd.nvml.branches import EMULATED_BRANCHES, driver_branch, exported_in
 from gfd.sim import SimulationProfile, configure_library, library_path, load_profile

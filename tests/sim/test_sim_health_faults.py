@@ -18,7 +18,7 @@ import pynvml
 import pytest
 import yaml
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
 from gfd.facts import FactsError, dump_facts
 from gfd.sim import SimulationProfile, configure_library, load_profile
 from gfd.sim.faults import (

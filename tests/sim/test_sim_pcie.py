@@ -18,7 +18,7 @@ from types import ModuleType
 import pynvml
 import pytest
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
 from gfd.facts import FactsError, Gpu, NodeFacts, PcieLink, VgpuInfo
 from gfd.nvml.branches import EMULATED_BRANCHES, driver_branch, exported_in
 from gfd.sim import SimulationProfile, library_path, load_profile

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gfd.errors import GfdError
+from gfd.base.errors import GfdError
 from gfd.facts import FactsError, Gpu, NodeFacts
 from gfd.sim import (
     BUNDLED_PROFILES,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from gfd.facts import NodeFacts
+from gfd.facts.pci import PCI_DEVICES
 from gfd.health.checks.gpu_lost import PciGpu, PciScanner
 from gfd.nvml.reader import NvmlReader
-from gfd.pci import PCI_DEVICES
 from gfd.sim import BUNDLED_PROFILES, load_profile, simulate
 from gfd.sim.sysfs_tree import READ_BY_OTHER_PROGRAMS
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.errors import SinkError, SinkPermanentError
+from gfd.base.errors import SinkError, SinkPermanentError
 from gfd.sinks import Publication
 from gfd.sinks.featurefile import (
     EVENT_SPACING,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.facts import Gpu, NodeFacts, NvLink, PciPair
 from gfd.topology.compact import (
     REMOTE_GPU,

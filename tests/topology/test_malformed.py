@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.facts import Gpu, NodeFacts, PciPair
 from gfd.topology import build_from_input, topology_input
 from gfd.topology.compact import REMOTE_GPU, REMOTE_SWITCH, TopologyInput

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.facts import (
     P2P_STATUSES,
     Gpu,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.topology import (
     matrix_from_annotation,
     render_table,

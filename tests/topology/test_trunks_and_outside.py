@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gfd.errors import TopologyError
+from gfd.base.errors import TopologyError
 from gfd.facts import NodeFacts, NvLinkP2P, P2PStatus
 from gfd.labels.topology import topology_labels
 from gfd.topology import build_from_input, render_table, topology_input, topology_to_json

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import threading
 
+from gfd.base.errors import GfdError, SinkPermanentError
 from gfd.doctor.api import DoctorApi, NoCluster
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
-from gfd.errors import GfdError, SinkPermanentError
 from gfd.kube_api import KubeApiPermanentError, path_segment
 
 #: gfd's policy on each sink's writes, as deploy/ names it.

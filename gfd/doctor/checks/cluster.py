@@ -9,10 +9,10 @@ says how to let it.
 
 from __future__ import annotations
 
+from gfd.base.errors import GfdError
 from gfd.doctor.api import DoctorApi, NoCluster
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
-from gfd.errors import GfdError
 from gfd.kube_api import TRUST_THE_CLUSTER_CA, KubeApiError, KubeApiPermanentError
 
 #: What lets the doctor look at the cluster when no sink needs it.

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gfd.base.errors import GfdError
 from gfd.doctor.api import DoctorApi, NoCluster
 from gfd.doctor.examination import Examination, sink_flags
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
-from gfd.errors import GfdError
 from gfd.kube_api import KubeApiPermanentError, path_segment
 from gfd.labels.core import TIMESTAMP_KEY
 from gfd.sinks.node_update import NFD_OWNERSHIP_ANNOTATION

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gfd.base.errors import NvmlError
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer, ok, problem
-from gfd.errors import NvmlError
 
 #: What to run where there is no GPU: the bundled profiles, named in the fix.
 SIMULATE_HINT = "without a GPU, try gfd with --simulate PROFILE (gfd --help lists the profiles)"

@@ -9,10 +9,10 @@ RBAC rule of ``deploy/`` (and the chart) that grants it.
 from __future__ import annotations
 
 from gfd.app.api_access import ApiAccess, required_access
+from gfd.base.errors import GfdError
 from gfd.doctor.api import DoctorApi, NoCluster
 from gfd.doctor.examination import Examination
 from gfd.doctor.finding import Answer, cannot_tell, ok, problem
-from gfd.errors import GfdError
 
 
 def can_i(access: ApiAccess, user: str | None) -> str:

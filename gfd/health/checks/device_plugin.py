@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from gfd.config.values import DEVICE_PLUGIN_CHECK
 from gfd.facts import NodeFacts
+from gfd.facts.pci import sysfs_bus_id
 from gfd.health.check import (
     FAILING,
     OK,
@@ -50,7 +51,6 @@ from gfd.health.dra_node import (
     allocatable_of,
     expected_resources,
 )
-from gfd.pci import sysfs_bus_id
 
 REASON_PLUGIN_MISSING = "DevicePluginMissing"
 REASON_ALLOCATABLE = "AllocatableMismatch"

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import FABRIC_CHECK
 from gfd.facts import FabricInfo, Gpu
-from gfd.frozen import frozen_dataclass
+from gfd.facts.pci import sysfs_bus_id
 from gfd.health.check import (
     FAILING,
     OK,
@@ -43,7 +44,6 @@ from gfd.health.check import (
     Problem,
     gpu_name,
 )
-from gfd.pci import sysfs_bus_id
 
 REASON_NOT_READY = "FabricNotReady"
 REASON_DEGRADED = "FabricDegraded"

@@ -2,7 +2,7 @@
 answered ``NVML_ERROR_GPU_IS_LOST`` during the read (``GPULost``).
 
 What counts as a GPU on the bus is an NVIDIA display or 3D controller (vendor ``0x10de``,
-class ``0x03xxxx``, as :mod:`gfd.pci` reads them; NVSwitches are bridges, ``0x0680``).
+class ``0x03xxxx``, as :mod:`gfd.facts.pci` reads them; NVSwitches are bridges, ``0x0680``).
 Guards: a device bound to another driver (``vfio-pci`` for a VM, ``nouveau``) is not
 NVML's to see, and an SR-IOV virtual function (it has ``physfn``) is no GPU of this host.
 """
@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import ClassVar
 
+from gfd.base.errors import NvmlGpuLost
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import GPU_LOST_CHECK
-from gfd.errors import NvmlGpuLost
-from gfd.frozen import frozen_dataclass
+from gfd.facts.pci import PCI_DEVICES, is_nvidia_display, sysfs_bus_id
 from gfd.health.check import (
     FAILING,
     OK,
@@ -27,7 +28,6 @@ from gfd.health.check import (
     Problem,
     gpu_name,
 )
-from gfd.pci import PCI_DEVICES, is_nvidia_display, sysfs_bus_id
 
 REASON_GPU_LOST = "GPULost"
 

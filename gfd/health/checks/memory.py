@@ -28,6 +28,7 @@ from typing import ClassVar
 
 from gfd.config.values import MEMORY_CHECK
 from gfd.facts import Gpu, MemoryHealth
+from gfd.facts.pci import sysfs_bus_id
 from gfd.health.check import (
     CANNOT_DECIDE,
     FAILING,
@@ -41,7 +42,6 @@ from gfd.health.check import (
     blind_spots,
     gpu_name,
 )
-from gfd.pci import sysfs_bus_id
 
 REASON_MEMORY_FAILURE = "GPUMemoryFailure"
 REASON_RESET_REQUIRED = "GPUResetRequired"

@@ -27,9 +27,10 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import NVLINK_CHECK
 from gfd.facts import Gpu
-from gfd.frozen import frozen_dataclass
+from gfd.facts.pci import sysfs_bus_id
 from gfd.health.check import (
     FAILING,
     OK,
@@ -41,7 +42,6 @@ from gfd.health.check import (
     Problem,
     gpu_name,
 )
-from gfd.pci import sysfs_bus_id
 
 REASON_NVLINK = "NVLinkDegraded"
 

@@ -38,6 +38,7 @@ from typing import ClassVar
 
 from gfd.config.values import PCIE_CHECK, format_duration
 from gfd.facts import Gpu, PcieLink
+from gfd.facts.pci import sysfs_bus_id
 from gfd.health.check import (
     CANNOT_DECIDE,
     FAILING,
@@ -52,7 +53,6 @@ from gfd.health.check import (
     blind_spots,
     gpu_name,
 )
-from gfd.pci import sysfs_bus_id
 
 REASON_LINK_DEGRADED = "PCIeLinkDegraded"
 REASON_REPLAYS_RISING = "PCIeReplaysRising"

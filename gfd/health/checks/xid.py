@@ -40,8 +40,9 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.config.values import XID_CHECK, XidThreshold, format_duration
-from gfd.frozen import frozen_dataclass
+from gfd.facts.pci import sysfs_bus_id
 from gfd.health.check import (
     CANNOT_DECIDE,
     FAILING,
@@ -55,7 +56,6 @@ from gfd.health.check import (
     gpu_name,
 )
 from gfd.health.xid_catalog import action_words, advice, describe
-from gfd.pci import sysfs_bus_id
 
 if TYPE_CHECKING:
     from gfd.nvml.xid_events import XidEvent, XidGpu, XidSource

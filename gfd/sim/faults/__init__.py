@@ -21,8 +21,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import Gpu
-from gfd.frozen import frozen_dataclass
 from gfd.sim.calls import EXPORTED_CALLS, NVML_ERROR_CODES
 from gfd.sim.faults.delays import DELAYS, CallDelay
 from gfd.sim.faults.driver_not_loaded_inits import DRIVER_NOT_LOADED_INITS

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import (
     FaultMachine,

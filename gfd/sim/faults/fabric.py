@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import FABRIC_STATES
-from gfd.frozen import frozen_dataclass
 from gfd.sim.faults.kind import EntryKind
 from gfd.sim.faults.parsing import FaultMachine, count, error_code, gpu_after_calls
 from gfd.sim.faults.primitives import Primitive, SetValue

@@ -14,8 +14,8 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from gfd.base.frozen import frozen_dataclass
 from gfd.facts import FactsError, Gpu
-from gfd.frozen import frozen_dataclass
 from gfd.sim.calls import EXPORTED_CALLS, NVML_ERROR_CODES, UNFAULTABLE_CALLS
 
 #: The machine file's AFTER_CALLS is a 32-bit unsigned number.

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 from gfd.sim.faults.parsing import FaultMachine
 from gfd.sim.gpu_health import EventType, GpuValue
 

@@ -1,12 +1,12 @@
 """gfd's JSON log lines are structlog's, byte for byte; its text lines read back.
 
-:func:`gfd.logs.json_line` renders a JSON line without importing structlog (whose import
+:func:`gfd.base.logs.json_line` renders a JSON line without importing structlog (whose import
 costs a one-shot run more than all of gfd). It must write what structlog's own pipeline
 with gfd's processors writes; here structlog itself is the oracle, for generated events:
 bound context and call fields of every JSON-able kind and some that are not (paths,
 objects with ``__structlog__``, sets), every method, and exceptions given as an
 instance, a triple or ``True`` inside an ``except``. A text line
-(:func:`gfd.logs.text_line`) is read back by a parser of its documented form (time,
+(:func:`gfd.base.logs.text_line`) is read back by a parser of its documented form (time,
 level, event, ``key=value``) to the values it was given, and ``--log-format`` (flag and
 environment) chooses the format whatever stderr is.
 """
@@ -25,7 +25,7 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd.logs import configure_logging, get_logger, json_line, text_line
+from gfd.base.logs import configure_logging, get_logger, json_line, text_line
 
 TIMESTAMP = re.compile(r'"timestamp": "(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z)"')
 
@@ -166,7 +166,7 @@ def _gfd_debug_labels(
     """``gfd --log-level debug --simulate t4-single labels``: debug lines on stderr."""
     import os
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GFD_")}
     subprocess.run(
         [

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd.errors import ConfigError
+from gfd.base.errors import ConfigError
 from gfd.facts import FactsError, facts_from_dict, facts_to_dict
 from gfd.facts.limits import (
     MACHINE_LIMITS,

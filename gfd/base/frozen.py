@@ -9,7 +9,7 @@ fields (defaults, default factories, ``init=False`` fields, keyword-only fields,
 are equal, hashes by the same fields, shows as ``QualName(field=value, ...)`` (fields with
 ``repr=False`` left out); assigning or deleting an attribute raises
 ``dataclasses.FrozenInstanceError``; it copies and pickles; mypy checks it as a frozen
-dataclass. ``tests/test_frozen.py`` holds the two decorators to the same answers.
+dataclass. ``tests/base/test_frozen.py`` holds the two decorators to the same answers.
 
 Why not ``dataclasses.dataclass(frozen=True)`` itself: that decorator compiles a class's
 ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, ``__setattr__`` and ``__delattr__``

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from gfd.config import ConfigError, load_config_file
-from gfd.inputs import (
+from gfd.base.inputs import (
     CONFIG_FILE_LIMIT,
     YAML_MAX_ALIASES,
     InputRejected,
     check_yaml,
     read_bounded,
 )
+from gfd.config import ConfigError, load_config_file
 from gfd.kube_api import connect_kubernetes, object_shape_problem
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def laughs(levels: int, width: int = 9) -> str:
@@ -202,7 +202,7 @@ class _Answer:
 
 
 def test_an_endless_api_answer_is_cut_at_the_limit_and_its_connection_closed() -> None:
-    from gfd.errors import SinkError
+    from gfd.base.errors import SinkError
     from gfd.kube_api.responses import MAX_RESPONSE_BYTES, _read_bounded_body
 
     body = _EndlessBody()

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gfd.frozen import frozen_dataclass
-from gfd.inputs import (
+from gfd.base.frozen import frozen_dataclass
+from gfd.base.inputs import (
     PCI_CONFIG_LIMIT,
     SYSFS_ATTRIBUTE_LIMIT,
     InputRejected,

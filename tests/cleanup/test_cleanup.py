@@ -344,7 +344,7 @@ def test_the_command_line_waits_in_the_namespace_it_is_given(
 
 def documented_condition_patch(index: int) -> list[dict[str, Any]]:
     """docs/deploy.md's kubectl JSON Patch for the condition, as its shell would pass it."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
     section = text.split("### Removing it by hand", 1)[1]
     (argument,) = re.findall(r'^  -p "(.+)"$', section, re.MULTILINE)
     return list(json.loads(argument.replace('\\"', '"').replace("$((i-1))", str(index))))

@@ -1,4 +1,4 @@
-"""The garbage collector's pause while gfd starts (:mod:`gfd.startup_gc`).
+"""The garbage collector's pause while gfd starts (:mod:`gfd.base.startup_gc`).
 
 Each case runs in a fresh interpreter: freezing the collector's generations is for the
 life of a process, and this one is the test runner's.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 PAUSE_AND_RESUME = """
 import gc, weakref
-from gfd.startup_gc import pause_collector, resume_collector
+from gfd.base.startup_gc import pause_collector, resume_collector
 resume_collector(collect_first=True)  # nothing paused yet: the host's is left alone
 assert gc.isenabled() and gc.get_freeze_count() == 0
 pause_collector()
@@ -35,7 +35,7 @@ assert kept() is not None, "a one-shot run does not pay for a collection"
 
 NOT_OURS = """
 import gc
-from gfd.startup_gc import pause_collector, resume_collector
+from gfd.base.startup_gc import pause_collector, resume_collector
 gc.disable()  # the host paused it itself: resuming is the host's business
 pause_collector()
 resume_collector(collect_first=False)

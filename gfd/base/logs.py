@@ -12,7 +12,7 @@ asyncio and ssl), which a one-shot run would pay to write one line. So loggers f
 :func:`get_logger` filter by level themselves, and a JSON line (the format of every
 log that is not a terminal: a pod's) is rendered here as structlog's pipeline renders
 it (``add_log_level``, ``TimeStamper(fmt="iso", utc=True)``, ``format_exc_info``,
-``JSONRenderer(sort_keys=True)``): ``tests/test_logs.py`` holds the two to the same
+``JSONRenderer(sort_keys=True)``): ``tests/base/test_logs.py`` holds the two to the same
 bytes for generated events. A text line is rendered here too, from the same event. A
 terminal under ``auto`` gets structlog's ``ConsoleRenderer``, imported with its first
 line.

@@ -1,4 +1,4 @@
-"""gfd.frozen: a ``@frozen_dataclass`` record behaves as ``@dataclass(frozen=True)`` does.
+"""gfd.base.frozen: a ``@frozen_dataclass`` record behaves as ``@dataclass(frozen=True)`` does.
 
 Each case declares the same class body twice, once with the standard library's
 decorator (the oracle) and once with gfd's, and holds them to the same answers: fields,
@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import gfd
-from gfd.frozen import frozen_dataclass
+from gfd.base.frozen import frozen_dataclass
 
 Decorator = Callable[[type[Any]], type[Any]]
 STDLIB: Decorator = dataclass(frozen=True)
@@ -388,4 +388,4 @@ def test_every_frozen_record_in_gfd_is_declared_with_frozen_dataclass() -> None:
         for cls in records
         if cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
     ]
-    assert stdlib_frozen == [], "declare these with gfd.frozen.frozen_dataclass"
+    assert stdlib_frozen == [], "declare these with gfd.base.frozen.frozen_dataclass"
