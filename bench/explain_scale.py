@@ -38,6 +38,9 @@ its ``default`` ServiceAccount from here (the ServiceAccount admission plugin re
 Results go to ``bench/results/explain_scale.json``.
 Run: ``python bench/explain_scale.py [--nodes 5000] [--pods 20000] [--rounds 3]``
 (needs ``KUBEBUILDER_ASSETS``: a folder with builds of kube-apiserver and etcd).
+
+Then, on the same cluster, ``gfd fleet --kubeconfig ADMIN --format json`` beside
+``kubectl --kubeconfig ADMIN get nodes -o json`` (issue 43: the same goals, 1.5x).
 """
 
 from __future__ import annotations
@@ -850,6 +853,60 @@ def main() -> int:
             key: round(medians["gfd"][key] / medians["kubectl"][key], 2)
             for key in ("wall_s", "cpu_s", "peak_rss_mib")
         }
+        # gfd fleet (issue 43) on the same cluster, beside kubectl reading the Nodes.
+        fleet_commands = {
+            "kubectl": [
+                str(args.kubectl),
+                "--kubeconfig",
+                kubeconfig,
+                "get",
+                "nodes",
+                "-o",
+                "json",
+            ],
+            "gfd": [str(args.gfd), "fleet", "--kubeconfig", kubeconfig, "--format", "json"],
+        }
+        fleet_out = workdir / "fleet.json"
+        fleet_warmup = {
+            name: measure(
+                launcher,
+                command,
+                workdir,
+                f"warmup-fleet-{name}",
+                audit,
+                str(fleet_out) if name == "gfd" else "/dev/null",
+            )
+            for name, command in fleet_commands.items()
+        }
+        fleet_rows = len(json.loads(fleet_out.read_text(encoding="utf-8"))["nodes"])
+        fleet_rounds: list[dict[str, Any]] = []
+        for number in range(args.rounds):
+            order = ("kubectl", "gfd") if number % 2 == 0 else ("gfd", "kubectl")
+            row = {"order": list(order)}
+            for name in order:
+                row[name] = measure(
+                    launcher, fleet_commands[name], workdir, f"fleet-{name}-{number}", audit
+                )
+            fleet_rounds.append(row)
+            print(
+                f"fleet round {number + 1}: "
+                + ", ".join(
+                    f"{n} {row[n]['wall_s']} s {row[n]['peak_rss_mib']} MiB"
+                    for n in ("kubectl", "gfd")
+                ),
+                flush=True,
+            )
+        fleet_medians = {
+            name: {
+                key: median([r[name][key] for r in fleet_rounds])
+                for key in ("wall_s", "cpu_s", "peak_rss_mib")
+            }
+            for name in ("kubectl", "gfd")
+        }
+        fleet_ratios = {
+            key: round(fleet_medians["gfd"][key] / fleet_medians["kubectl"][key], 2)
+            for key in ("wall_s", "cpu_s", "peak_rss_mib")
+        }
         kubectl_version = subprocess.run(
             [str(args.kubectl), "version", "--client", "-o", "json"],
             capture_output=True,
@@ -903,6 +960,21 @@ def main() -> int:
             "goals": {
                 "wall_at_most_1.5x_kubectl": ratios["wall_s"] <= GOAL_RATIO,
                 "peak_rss_at_most_1.5x_kubectl": ratios["peak_rss_mib"] <= GOAL_RATIO,
+            },
+            "fleet": {
+                "commands": {
+                    "kubectl": "kubectl --kubeconfig ADMIN get nodes -o json > /dev/null",
+                    "gfd": "gfd fleet --kubeconfig ADMIN --format json > /dev/null",
+                },
+                "warmup": fleet_warmup,
+                "gpu_node_rows": fleet_rows,
+                "rounds": fleet_rounds,
+                "medians": fleet_medians,
+                "ratios_gfd_over_kubectl": fleet_ratios,
+                "goals": {
+                    "wall_at_most_1.5x_kubectl": fleet_ratios["wall_s"] <= GOAL_RATIO,
+                    "peak_rss_at_most_1.5x_kubectl": fleet_ratios["peak_rss_mib"] <= GOAL_RATIO,
+                },
             },
         }
     finally:
