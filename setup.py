@@ -70,6 +70,7 @@ setup(
                 "gfd/sim/sim_mig.c",
                 "gfd/sim/sim_parse.c",
                 "gfd/sim/sim_pcie.c",
+                "gfd/sim/sim_state.c",
                 "gfd/sim/sim_topology.c",
             ],
             depends=["gfd/sim/nvmlsim.h"],

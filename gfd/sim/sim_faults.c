@@ -403,16 +403,16 @@ static void sleep_ms(unsigned ms) {
     }
 }
 
-nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus) {
-    for (size_t i = 0; i < g_machine->n_faults; i++) {
-        sim_fault *f = &g_machine->faults[i];
+nvmlReturn_t sim_injected(sim_machine *m, const char *call, const int *gpus, int n_gpus) {
+    for (size_t i = 0; i < m->n_faults; i++) {
+        sim_fault *f = &m->faults[i];
         if (f->delay_ms > 0 && fault_matches(f, call, gpus, n_gpus)) {
             f->used++;
             sleep_ms(f->delay_ms);
         }
     }
-    for (size_t i = 0; i < g_machine->n_faults; i++) {
-        sim_fault *f = &g_machine->faults[i];
+    for (size_t i = 0; i < m->n_faults; i++) {
+        sim_fault *f = &m->faults[i];
         if (f->delay_ms == 0 && fault_matches(f, call, gpus, n_gpus)) {
             f->used++;
             return (nvmlReturn_t)f->code;
@@ -424,12 +424,12 @@ nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus) {
 /* ------------------------------------------------------------------------- */
 /* What faults do to a GPU's values and events */
 
-int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
+int sim_value(const sim_machine *m, const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
     int supported = gpu->has_value[id];
     unsigned long long v = gpu->values[id];
     unsigned long long max = value_max(id);
-    for (size_t i = 0; i < g_machine->n_changes; i++) {
-        const sim_change *c = &g_machine->changes[i];
+    for (size_t i = 0; i < m->n_changes; i++) {
+        const sim_change *c = &m->changes[i];
         if (c->kind == SIM_CHANGE_EVENT || c->gpu != gpu->handle.gpu || c->value != id ||
             gpu->calls <= c->after) {
             continue;
@@ -448,13 +448,13 @@ int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
     return supported;
 }
 
-void sim_post_due_events(const sim_gpu *gpu) {
-    for (size_t i = 0; i < g_machine->n_changes; i++) {
-        sim_change *c = &g_machine->changes[i];
+void sim_post_due_events(sim_state *st, const sim_gpu *gpu) {
+    for (size_t i = 0; i < st->machine->n_changes; i++) {
+        sim_change *c = &st->machine->changes[i];
         if (c->kind == SIM_CHANGE_EVENT && !c->posted && c->gpu == gpu->handle.gpu &&
             gpu->calls > c->after) {
             c->posted = 1;
-            sim_post_event(gpu, c->mig, c->event_type, c->amount, c->times);
+            sim_post_event(st, gpu, c->mig, c->event_type, c->amount, c->times);
         }
     }
 }
