@@ -62,6 +62,7 @@ setup(
                 "gfd/sim/sim_config_topology.c",
                 "gfd/sim/sim_core.c",
                 "gfd/sim/sim_device.c",
+                "gfd/sim/sim_event_queue.c",
                 "gfd/sim/sim_events.c",
                 "gfd/sim/sim_fabric.c",
                 "gfd/sim/sim_faults.c",

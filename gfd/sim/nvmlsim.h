@@ -38,8 +38,25 @@
  *                   GetRetiredPagesPendingStatus
  *   sim_pcie.c      Get{Curr,Max}PcieLink{Generation,Width}, GetGpuMaxPcieLinkGeneration,
  *                   GetPcieReplayCounter, GetUtilizationRates
+ *   sim_event_queue.c  posting events into the event sets, freeing them all
  *   sim_events.c    nvmlEventSetCreate, RegisterEvents, GetSupportedEventTypes,
- *                   nvmlEventSetWait*, nvmlEventSetFree; delivering posted events
+ *                   nvmlEventSetWait*, nvmlEventSetFree
+ *
+ * Unit order, lowest first. A file calls functions only of the files on the rows above
+ * its own, never of one on its row or below, so the calls between files form no circle
+ * (tests/sim/test_sim_units.py reads this table and the sources, and fails on a call
+ * upwards or sideways, and on a variable outside sim_state.c):
+ *   1  sim_state.c
+ *   2  sim_parse.c sim_event_queue.c
+ *   3  sim_faults.c
+ *   4  sim_config_gpu.c sim_config_topology.c
+ *   5  sim_config.c
+ *   6  sim_core.c
+ *   7  sim_device.c sim_events.c sim_fabric.c sim_health.c sim_memory.c sim_mig.c sim_pcie.c
+ *   8  sim_topology.c
+ * The state is below everything: every call takes it there and hands it up. The reading of
+ * a machine file (rows 2 to 5) knows nothing of calls; call admission and the lifecycle
+ * (6) load machines and post events; the NVML calls (7, 8) go through admission.
  *
  * Symbols: the library is compiled with -fvisibility=default, so every non-static
  * function is exported. What one file shares with another (the sim_* functions below) is
@@ -381,15 +398,17 @@ SIM_INTERNAL int sim_value_fits(sim_value_id id, unsigned long long v);
  * GPU after it was admitted (counted). */
 SIM_INTERNAL int sim_value(const sim_machine *m, const sim_gpu *gpu, sim_value_id id,
                            unsigned long long *out);
-/* A call on `gpu` was just counted: post the events that became due. */
-SIM_INTERNAL void sim_post_due_events(sim_state *st, const sim_gpu *gpu);
+/* A call on `gpu` was just counted: the first fault_event record that became due and was
+ * not posted yet, now marked posted; NULL when none is left. */
+SIM_INTERNAL sim_change *sim_take_due_event(sim_machine *m, const sim_gpu *gpu);
 
-/* sim_events.c: event sets (their table lives outside the machine, as NVML's do) */
+/* sim_event_queue.c: the event sets of the state, beyond the calls on them (sim_events.c) */
 /* Queue `times` events on every set recording `type` on the GPU, and wake waiters. */
 SIM_INTERNAL void sim_post_event(sim_state *st, const sim_gpu *gpu, int mig,
-                                 unsigned long long type, unsigned long long data, unsigned times);
-/* Something a waiter checks changed (a GPU lost, NVML shut down): wake every waiter. */
-SIM_INTERNAL void sim_wake_event_waiters(sim_state *st);
+                                 unsigned long long type, unsigned long long data,
+                                 unsigned times);
+/* Free one set: a wait on it no longer takes its events. */
+SIM_INTERNAL void sim_free_event_set(nvmlEventSet_t set);
 /* Free every event set (the last nvmlShutdown, a new machine) and wake their waiters. */
 SIM_INTERNAL void sim_release_event_sets(sim_state *st);
 

@@ -55,14 +55,17 @@ nvmlReturn_t sim_admit(sim_state *st, const char *call, const int *gpus, int n_g
     for (int k = 0; k < n_gpus; k++) {
         sim_gpu *g = &m->gpus[gpus[k]];
         g->calls++;
-        sim_post_due_events(st, g);
+        /* The events of fault_event records that this call makes due, in file order. */
+        for (const sim_change *c; (c = sim_take_due_event(m, g)) != NULL;) {
+            sim_post_event(st, g, c->mig, c->event_type, c->amount, c->times);
+        }
         if (g->lost_after >= 0 && g->calls > (unsigned long long)g->lost_after) {
             g->lost = 1;
             lost = NVML_ERROR_GPU_IS_LOST;
         }
         if (g->lost || sim_vanished(g)) {
             /* A wait on an event set that records this GPU now returns GPU_IS_LOST. */
-            sim_wake_event_waiters(st);
+            sim_state_wake(st);
         }
     }
     if (lost != NVML_SUCCESS) {

@@ -1,8 +1,8 @@
 /*
  * sim_events.c: NVML's event sets. Owns nvmlEventSetCreate, nvmlDeviceRegisterEvents,
  * nvmlDeviceGetSupportedEventTypes, nvmlEventSetWait_v2, nvmlEventSetWait and
- * nvmlEventSetFree, and the delivery of the events that fault_event records post
- * (sim_post_event, called by the fault engine when a GPU's calls reach them).
+ * nvmlEventSetFree. Posting events into the sets (those that fault_event records post when
+ * a GPU's calls reach them) and freeing them all is sim_event_queue.c's.
  *
  * As in NVML, a set receives an event only if it recorded that type on that GPU when the
  * event happened (nvml.h: events before nvmlDeviceRegisterEvents are not recorded). A
@@ -35,43 +35,6 @@ static int valid_set(sim_state *st, nvmlEventSet_t set) {
         }
     }
     return 0;
-}
-
-static void free_set(nvmlEventSet_t set) {
-    set->in_use = 0;
-    set->generation++;
-}
-
-/* ------------------------------------------------------------------------- */
-/* Shared with the fault engine and the lifecycle */
-
-void sim_post_event(sim_state *st, const sim_gpu *gpu, int mig, unsigned long long type,
-                    unsigned long long data, unsigned times) {
-    int index = gpu->handle.gpu;
-    for (size_t i = 0; i < SIM_MAX_EVENT_SETS; i++) {
-        nvmlEventSet_t set = &st->event_sets[i];
-        if (!set->in_use || (set->recorded[index] & type) == 0) {
-            continue;
-        }
-        for (unsigned k = 0; k < times && set->count < SIM_EVENT_QUEUE; k++) {
-            set->queue[(set->head + set->count++) % SIM_EVENT_QUEUE] =
-                (sim_queued_event){index, mig, type, data};
-        }
-    }
-    sim_wake_event_waiters(st);
-}
-
-void sim_wake_event_waiters(sim_state *st) {
-    sim_state_wake(st);
-}
-
-void sim_release_event_sets(sim_state *st) {
-    for (size_t i = 0; i < SIM_MAX_EVENT_SETS; i++) {
-        if (st->event_sets[i].in_use) {
-            free_set(&st->event_sets[i]);
-        }
-    }
-    sim_wake_event_waiters(st);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -109,7 +72,7 @@ nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
     if (!valid_set(st, set)) {
         return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    free_set(set);
+    sim_free_event_set(set);
     return sim_state_unlock(st, NVML_SUCCESS);
 }
 

@@ -14,7 +14,8 @@
  *                                 below) is set, or rises with every further call on it:
  *                                 sim_value
  *   fault_event                   after N calls on a GPU, events happen on it:
- *                                 sim_post_due_events, which sim_events.c delivers
+ *                                 sim_take_due_event, which call admission (sim_core.c)
+ *                                 posts (sim_event_queue.c)
  * It also owns the per-GPU values' names and bounds, which the "value" records of a GPU
  * (sim_config_gpu.c) use too.
  */
@@ -448,13 +449,14 @@ int sim_value(const sim_machine *m, const sim_gpu *gpu, sim_value_id id, unsigne
     return supported;
 }
 
-void sim_post_due_events(sim_state *st, const sim_gpu *gpu) {
-    for (size_t i = 0; i < st->machine->n_changes; i++) {
-        sim_change *c = &st->machine->changes[i];
+sim_change *sim_take_due_event(sim_machine *m, const sim_gpu *gpu) {
+    for (size_t i = 0; i < m->n_changes; i++) {
+        sim_change *c = &m->changes[i];
         if (c->kind == SIM_CHANGE_EVENT && !c->posted && c->gpu == gpu->handle.gpu &&
             gpu->calls > c->after) {
             c->posted = 1;
-            sim_post_event(st, gpu, c->mig, c->event_type, c->amount, c->times);
+            return c;
         }
     }
+    return NULL;
 }
