@@ -19,7 +19,9 @@
  *   sim_faults.c    the one fault engine: the fault_* records and what they do to calls
  *                   (injected errors and delays), to GPU values (sim_value) and events;
  *                   the names and bounds of the GPU values
- *   sim_core.c      shared state, the lock and call admission (init state, handles,
+ *   sim_state.c     the library's mutable state (sim_state), its lock and the condition an
+ *                   event wait sleeps on: the one file that holds a variable
+ *   sim_core.c      call admission (init state, handles,
  *                   lost and vanished GPUs, links cut); nvmlInit*, nvmlShutdown,
  *                   nvmlErrorString, nvmlSystemGet{Driver,NVML,CudaDriver}Version
  *   sim_device.c    enumeration and identity: nvmlDeviceGetCount*, GetHandleBy*,
@@ -36,18 +38,38 @@
  *                   GetRetiredPagesPendingStatus
  *   sim_pcie.c      Get{Curr,Max}PcieLink{Generation,Width}, GetGpuMaxPcieLinkGeneration,
  *                   GetPcieReplayCounter, GetUtilizationRates
+ *   sim_event_queue.c  posting events into the event sets, freeing them all
  *   sim_events.c    nvmlEventSetCreate, RegisterEvents, GetSupportedEventTypes,
- *                   nvmlEventSetWait*, nvmlEventSetFree; delivering posted events
+ *                   nvmlEventSetWait*, nvmlEventSetFree
+ *
+ * Unit order, lowest first. A file calls functions only of the files on the rows above
+ * its own, never of one on its row or below, so the calls between files form no circle
+ * (tests/sim/test_sim_units.py reads this table and the sources, and fails on a call
+ * upwards or sideways, and on a variable outside sim_state.c):
+ *   1  sim_state.c
+ *   2  sim_parse.c sim_event_queue.c
+ *   3  sim_faults.c
+ *   4  sim_config_gpu.c sim_config_topology.c
+ *   5  sim_config.c
+ *   6  sim_core.c
+ *   7  sim_device.c sim_events.c sim_fabric.c sim_health.c sim_memory.c sim_mig.c sim_pcie.c
+ *   8  sim_topology.c
+ * The state is below everything: every call takes it there and hands it up. The reading of
+ * a machine file (rows 2 to 5) knows nothing of calls; call admission and the lifecycle
+ * (6) load machines and post events; the NVML calls (7, 8) go through admission.
  *
  * Symbols: the library is compiled with -fvisibility=default, so every non-static
- * function is exported. What one file shares with another (the sim_* functions and
- * g_* variables below) is declared here SIM_INTERNAL (hidden visibility) and stays
+ * function is exported. What one file shares with another (the sim_* functions below) is
+ * declared here SIM_INTERNAL (hidden visibility) and stays
  * out of the dynamic symbol table; a helper used by one file stays static there.
  * The exported set is the nvml* calls plus gfdsim_configure and gfdsim_last_error
  * (tests/sim/test_sim_exports.py checks it against these sources).
  *
  * Every exported call is serialised by one mutex, so threads see NVML-like
- * consistency; only an event wait gives it up while it blocks. Handles are pointers
+ * consistency; only an event wait gives it up while it blocks. The state it guards lives in
+ * one sim_state, in sim_state.c: a call takes it once (sim_state_lock), passes it, or the
+ * machine in it, to the functions of other files it calls, and gives it back
+ * (sim_state_unlock) as it returns; no file reaches for the state on its own. Handles are pointers
  * into this library's tables, compared by address before use, so a stale or foreign
  * handle yields INVALID_ARGUMENT rather than a crash.
  *
@@ -65,6 +87,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <time.h>
 
 #define GFDSIM_API __attribute__((visibility("default")))
 #define SIM_INTERNAL __attribute__((visibility("hidden")))
@@ -257,21 +280,54 @@ typedef struct {
 } sim_machine;
 
 /* ------------------------------------------------------------------------- */
-/* Shared state (sim_core.c); read and written under g_lock */
+/* The library's mutable state (sim_state.c, its one home) */
 
-SIM_INTERNAL extern pthread_mutex_t g_lock;
-SIM_INTERNAL extern sim_machine *g_machine;
-SIM_INTERNAL extern int g_configured; /* gfdsim_configure was called with a path */
-SIM_INTERNAL extern unsigned g_init_count;
-SIM_INTERNAL extern char g_last_error[1024];
+/* An event set: a slot of the state's table, handed out as the handle. */
+typedef struct {
+    int gpu; /* machine-file index */
+    int mig; /* index into the GPU's migs, -1: the whole GPU */
+    unsigned long long type;
+    unsigned long long data;
+} sim_queued_event;
 
-#define LOCK() pthread_mutex_lock(&g_lock)
-#define RETURN(rc)                          \
-    do {                                    \
-        nvmlReturn_t rc_ = (rc);            \
-        pthread_mutex_unlock(&g_lock);      \
-        return rc_;                         \
-    } while (0)
+struct nvmlEventSet_st {
+    int in_use;
+    unsigned generation; /* bumped when freed: a waiter no longer takes its events */
+    unsigned long long recorded[SIM_MAX_GPUS]; /* event types recorded, per GPU */
+    sim_queued_event queue[SIM_EVENT_QUEUE];
+    unsigned head, count;
+};
+
+/* Everything a call may change. The one instance is sim_state.c's; a call takes it with
+ * sim_state_lock and passes it on. The lock and the condition are sim_state.c's to use. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;      /* what an event wait checks changed */
+    pthread_once_t changed_once; /* the condition is made on first use */
+    sim_machine *machine;        /* NULL: none loaded */
+    /* The machine replaced by the last configuration, freed only at the next one. Handles
+     * are addresses inside a machine: freeing it at once would let the next machine's
+     * allocation reuse them, and a stale handle of the machine just replaced would then
+     * answer as a GPU of the new one instead of INVALID_ARGUMENT. */
+    sim_machine *retired;
+    int configured; /* gfdsim_configure was called with a path */
+    unsigned init_count;
+    char last_error[1024];
+    /* Event sets live outside the machine, as NVML's do. */
+    struct nvmlEventSet_st event_sets[SIM_MAX_EVENT_SETS];
+} sim_state;
+
+/* Take the lock and the state with it; every exported call does so once. */
+SIM_INTERNAL sim_state *sim_state_lock(void);
+/* Give the lock back; returns `rc`, so that a call ends `return sim_state_unlock(st, rc);`. */
+SIM_INTERNAL nvmlReturn_t sim_state_unlock(sim_state *st, nvmlReturn_t rc);
+/* Give the lock up until sim_state_wake or `deadline` (CLOCK_MONOTONIC), then take it
+ * again; 1 when the deadline passed. */
+SIM_INTERNAL int sim_state_wait(sim_state *st, const struct timespec *deadline);
+/* Something a waiter checks changed (an event posted, a GPU lost, NVML shut down). */
+SIM_INTERNAL void sim_state_wake(sim_state *st);
+/* The message of the last failed configuration, read without the lock (gfdsim_last_error). */
+SIM_INTERNAL const char *sim_state_last_error(void);
 
 /* ------------------------------------------------------------------------- */
 /* The configuration entry points (sim_config.c), exported */
@@ -332,40 +388,44 @@ SIM_INTERNAL int sim_group_switches(sim_machine *m);
 SIM_INTERNAL int sim_parse_fault_record(sim_parse_ctx *ctx, sim_machine *m, const char *key,
                                         char *value);
 /* Injected faults of an admitted call: every matching delay, then the first matching error. */
-SIM_INTERNAL nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus);
+SIM_INTERNAL nvmlReturn_t sim_injected(sim_machine *m, const char *call, const int *gpus,
+                                       int n_gpus);
 /* The value's id by its machine-file name, -1 for none. */
 SIM_INTERNAL int sim_value_named(const char *name);
 /* Whether `v` is a value `id` can hold (a flag 0/1, a 32-bit count, an event mask, ...). */
 SIM_INTERNAL int sim_value_fits(sim_value_id id, unsigned long long v);
 /* A GPU's value as its calls so far leave it; 0 when NOT_SUPPORTED. Read by a call on the
  * GPU after it was admitted (counted). */
-SIM_INTERNAL int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out);
-/* A call on `gpu` was just counted: post the events that became due. */
-SIM_INTERNAL void sim_post_due_events(const sim_gpu *gpu);
+SIM_INTERNAL int sim_value(const sim_machine *m, const sim_gpu *gpu, sim_value_id id,
+                           unsigned long long *out);
+/* A call on `gpu` was just counted: the first fault_event record that became due and was
+ * not posted yet, now marked posted; NULL when none is left. */
+SIM_INTERNAL sim_change *sim_take_due_event(sim_machine *m, const sim_gpu *gpu);
 
-/* sim_events.c: event sets (their table lives outside the machine, as NVML's do) */
+/* sim_event_queue.c: the event sets of the state, beyond the calls on them (sim_events.c) */
 /* Queue `times` events on every set recording `type` on the GPU, and wake waiters. */
-SIM_INTERNAL void sim_post_event(const sim_gpu *gpu, int mig, unsigned long long type,
-                                 unsigned long long data, unsigned times);
-/* Something a waiter checks changed (a GPU lost, NVML shut down): wake every waiter. */
-SIM_INTERNAL void sim_wake_event_waiters(void);
+SIM_INTERNAL void sim_post_event(sim_state *st, const sim_gpu *gpu, int mig,
+                                 unsigned long long type, unsigned long long data,
+                                 unsigned times);
+/* Free one set: a wait on it no longer takes its events. */
+SIM_INTERNAL void sim_free_event_set(nvmlEventSet_t set);
 /* Free every event set (the last nvmlShutdown, a new machine) and wake their waiters. */
-SIM_INTERNAL void sim_release_event_sets(void);
+SIM_INTERNAL void sim_release_event_sets(sim_state *st);
 
 /* sim_core.c: call admission; each returns NVML_SUCCESS or the code the call returns. */
 /* Count a call on each GPU it names; a GPU past its lost_after is gone for good. */
-SIM_INTERNAL nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus);
+SIM_INTERNAL nvmlReturn_t sim_admit(sim_state *st, const char *call, const int *gpus, int n_gpus);
 /* A call that names no device: NVML must be initialised. */
-SIM_INTERNAL nvmlReturn_t sim_enter_system(const char *call);
+SIM_INTERNAL nvmlReturn_t sim_enter_system(sim_state *st, const char *call);
 /* Resolve a device handle (physical or MIG) and admit the call on its GPU. */
-SIM_INTERNAL nvmlReturn_t sim_enter_device(const char *call, nvmlDevice_t device, sim_gpu **gpu,
-                                           sim_mig **mig);
+SIM_INTERNAL nvmlReturn_t sim_enter_device(sim_state *st, const char *call, nvmlDevice_t device,
+                                           sim_gpu **gpu, sim_mig **mig);
 /* Like sim_enter_device, but MIG handles are not accepted for this query. */
-SIM_INTERNAL nvmlReturn_t sim_enter_physical(const char *call, nvmlDevice_t device,
+SIM_INTERNAL nvmlReturn_t sim_enter_physical(sim_state *st, const char *call, nvmlDevice_t device,
                                              sim_gpu **gpu);
 /* Two physical GPUs, admitted on both (once when they are the same). */
-SIM_INTERNAL nvmlReturn_t sim_enter_pair(const char *call, nvmlDevice_t a, nvmlDevice_t b,
-                                         sim_gpu **ga, sim_gpu **gb);
+SIM_INTERNAL nvmlReturn_t sim_enter_pair(sim_state *st, const char *call, nvmlDevice_t a,
+                                         nvmlDevice_t b, sim_gpu **ga, sim_gpu **gb);
 /* Copy a NUL-terminated string into a caller's buffer of `length` bytes, NVML style. */
 SIM_INTERNAL nvmlReturn_t sim_copy_string(const char *value, char *dest, unsigned length);
 
@@ -375,16 +435,16 @@ SIM_INTERNAL nvmlReturn_t sim_copy_string(const char *value, char *dest, unsigne
 /* The GPU has answered its vanish_after calls: NVML no longer enumerates it. */
 SIM_INTERNAL int sim_vanished(const sim_gpu *gpu);
 /* How many GPUs NVML enumerates (nvmlDeviceGetCount). */
-SIM_INTERNAL unsigned sim_visible_count(void);
+SIM_INTERNAL unsigned sim_visible_count(const sim_machine *m);
 /* The GPU at NVML index `index`, NULL past the end. */
-SIM_INTERNAL sim_gpu *sim_visible_gpu(unsigned index);
+SIM_INTERNAL sim_gpu *sim_visible_gpu(sim_machine *m, unsigned index);
 /* The NVML index of a GPU that has not vanished. */
-SIM_INTERNAL unsigned sim_visible_index(const sim_gpu *gpu);
+SIM_INTERNAL unsigned sim_visible_index(const sim_machine *m, const sim_gpu *gpu);
 /* A link of `gpu` cut by a fault: taken down (fault_nvlink_down) or its peer GPU vanished.
  * Asked by a call on `gpu`, after the call was admitted (counted). */
-SIM_INTERNAL int sim_link_cut(const sim_gpu *gpu, const sim_link *link);
+SIM_INTERNAL int sim_link_cut(const sim_machine *m, const sim_gpu *gpu, const sim_link *link);
 /* Active as the machine file gives it and not cut. */
-SIM_INTERNAL int sim_link_active(const sim_gpu *gpu, const sim_link *link);
+SIM_INTERNAL int sim_link_active(const sim_machine *m, const sim_gpu *gpu, const sim_link *link);
 
 /* sim_device.c */
 /* Fill an nvmlPciInfo_t from a GPU's bus id and PCI device id. */

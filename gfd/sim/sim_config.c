@@ -253,35 +253,30 @@ sim_machine *sim_load_machine(const char *path, char *error, size_t error_size) 
 /* ------------------------------------------------------------------------- */
 /* Configuration entry points (exported) */
 
-/* The machine replaced by the last configuration, freed only at the next one. Handles are
- * addresses inside a machine: freeing it at once would let the next machine's allocation
- * reuse them, and a stale handle of the machine just replaced would then answer as a GPU of
- * the new one instead of INVALID_ARGUMENT. */
-static sim_machine *g_retired = NULL;
-
 GFDSIM_API int gfdsim_configure(const char *config_path) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_machine *m = NULL;
     if (config_path != NULL) {
-        char error[sizeof g_last_error];
+        char error[sizeof st->last_error];
         m = sim_load_machine(config_path, error, sizeof error);
         if (m == NULL) {
-            memcpy(g_last_error, error, sizeof g_last_error);
-            pthread_mutex_unlock(&g_lock);
+            memcpy(st->last_error, error, sizeof st->last_error);
+            sim_state_unlock(st, NVML_SUCCESS);
             return -1;
         }
     }
     /* Event sets record GPUs of the old machine: they go with it. */
-    sim_release_event_sets();
-    free_machine(g_retired);
-    g_retired = g_machine;
-    g_machine = m;
-    g_configured = config_path != NULL;
-    g_last_error[0] = '\0';
-    pthread_mutex_unlock(&g_lock);
+    sim_release_event_sets(st);
+    /* The machine replaced is kept until the next configuration (see sim_state.retired). */
+    free_machine(st->retired);
+    st->retired = st->machine;
+    st->machine = m;
+    st->configured = config_path != NULL;
+    st->last_error[0] = '\0';
+    sim_state_unlock(st, NVML_SUCCESS);
     return 0;
 }
 
 GFDSIM_API const char *gfdsim_last_error(void) {
-    return g_last_error;
+    return sim_state_last_error();
 }

@@ -1,9 +1,9 @@
 /*
- * sim_core.c: what every call goes through, and NVML's own lifecycle. Owns the shared
- * state (the machine, the init count, the lock), call admission (init state, handle
- * lookup, lost and vanished GPUs, then the fault engine's injected errors and delays: the
- * sim_enter_* helpers) and what faults leave of the machine (NVML's enumeration, links
- * cut); nvmlInit*, nvmlShutdown and nvmlErrorString; and the system queries
+ * sim_core.c: what every call goes through, and NVML's own lifecycle. Owns call admission
+ * (init state, handle lookup, lost and vanished GPUs, then the fault engine's injected
+ * errors and delays: the sim_enter_* helpers, each given the state its call took) and what
+ * faults leave of the machine (NVML's enumeration, links cut); nvmlInit*, nvmlShutdown
+ * and nvmlErrorString; and the system queries
  * nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion and
  * nvmlSystemGetCudaDriverVersion*.
  */
@@ -17,23 +17,14 @@
 #define CONFIG_ENV "GFD_SIM_CONFIG"
 
 /* ------------------------------------------------------------------------- */
-/* Shared state */
-
-pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-sim_machine *g_machine;
-int g_configured; /* gfdsim_configure was called with a path */
-unsigned g_init_count;
-char g_last_error[1024];
-
-/* ------------------------------------------------------------------------- */
 /* Call admission: init state, handles, lost GPUs and injected errors */
 
-static int find_gpu(nvmlDevice_t device, sim_gpu **gpu, sim_mig **mig) {
-    if (g_machine == NULL || device == NULL) {
+static int find_gpu(sim_machine *m, nvmlDevice_t device, sim_gpu **gpu, sim_mig **mig) {
+    if (m == NULL || device == NULL) {
         return 0;
     }
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        sim_gpu *g = &g_machine->gpus[i];
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        sim_gpu *g = &m->gpus[i];
         if (device == &g->handle) {
             *gpu = g;
             *mig = NULL;
@@ -52,74 +43,79 @@ static int find_gpu(nvmlDevice_t device, sim_gpu **gpu, sim_mig **mig) {
 
 /* Count a call on each GPU it names; a GPU past its lost_after is gone for good, and so
  * is a vanished one (its handles were obtained before it vanished). */
-nvmlReturn_t sim_admit(const char *call, const int *gpus, int n_gpus) {
+nvmlReturn_t sim_admit(sim_state *st, const char *call, const int *gpus, int n_gpus) {
+    sim_machine *m = st->machine;
     for (int k = 0; k < n_gpus; k++) {
-        const sim_gpu *g = &g_machine->gpus[gpus[k]];
+        const sim_gpu *g = &m->gpus[gpus[k]];
         if (g->lost || sim_vanished(g)) {
             return NVML_ERROR_GPU_IS_LOST;
         }
     }
     nvmlReturn_t lost = NVML_SUCCESS;
     for (int k = 0; k < n_gpus; k++) {
-        sim_gpu *g = &g_machine->gpus[gpus[k]];
+        sim_gpu *g = &m->gpus[gpus[k]];
         g->calls++;
-        sim_post_due_events(g);
+        /* The events of fault_event records that this call makes due, in file order. */
+        for (const sim_change *c; (c = sim_take_due_event(m, g)) != NULL;) {
+            sim_post_event(st, g, c->mig, c->event_type, c->amount, c->times);
+        }
         if (g->lost_after >= 0 && g->calls > (unsigned long long)g->lost_after) {
             g->lost = 1;
             lost = NVML_ERROR_GPU_IS_LOST;
         }
         if (g->lost || sim_vanished(g)) {
             /* A wait on an event set that records this GPU now returns GPU_IS_LOST. */
-            sim_wake_event_waiters();
+            sim_state_wake(st);
         }
     }
     if (lost != NVML_SUCCESS) {
         return lost;
     }
-    return sim_injected(call, gpus, n_gpus);
+    return sim_injected(m, call, gpus, n_gpus);
 }
 
-nvmlReturn_t sim_enter_system(const char *call) {
-    if (g_init_count == 0 || g_machine == NULL) {
+nvmlReturn_t sim_enter_system(sim_state *st, const char *call) {
+    if (st->init_count == 0 || st->machine == NULL) {
         return NVML_ERROR_UNINITIALIZED;
     }
-    return sim_admit(call, NULL, 0);
+    return sim_admit(st, call, NULL, 0);
 }
 
 /* Resolve a device handle (physical or MIG) and admit the call on its GPU. */
-nvmlReturn_t sim_enter_device(const char *call, nvmlDevice_t device, sim_gpu **gpu,
+nvmlReturn_t sim_enter_device(sim_state *st, const char *call, nvmlDevice_t device, sim_gpu **gpu,
                               sim_mig **mig) {
-    if (g_init_count == 0 || g_machine == NULL) {
+    if (st->init_count == 0 || st->machine == NULL) {
         return NVML_ERROR_UNINITIALIZED;
     }
-    if (!find_gpu(device, gpu, mig)) {
+    if (!find_gpu(st->machine, device, gpu, mig)) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     int index = (*gpu)->handle.gpu;
-    return sim_admit(call, &index, 1);
+    return sim_admit(st, call, &index, 1);
 }
 
 /* Like sim_enter_device, but MIG handles are not accepted for this query. */
-nvmlReturn_t sim_enter_physical(const char *call, nvmlDevice_t device, sim_gpu **gpu) {
+nvmlReturn_t sim_enter_physical(sim_state *st, const char *call, nvmlDevice_t device,
+                                sim_gpu **gpu) {
     sim_mig *mig = NULL;
-    nvmlReturn_t rc = sim_enter_device(call, device, gpu, &mig);
+    nvmlReturn_t rc = sim_enter_device(st, call, device, gpu, &mig);
     if (rc == NVML_SUCCESS && mig != NULL) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
     return rc;
 }
 
-nvmlReturn_t sim_enter_pair(const char *call, nvmlDevice_t a, nvmlDevice_t b, sim_gpu **ga,
-                            sim_gpu **gb) {
-    if (g_init_count == 0 || g_machine == NULL) {
+nvmlReturn_t sim_enter_pair(sim_state *st, const char *call, nvmlDevice_t a, nvmlDevice_t b,
+                            sim_gpu **ga, sim_gpu **gb) {
+    if (st->init_count == 0 || st->machine == NULL) {
         return NVML_ERROR_UNINITIALIZED;
     }
     sim_mig *ma = NULL, *mb = NULL;
-    if (!find_gpu(a, ga, &ma) || !find_gpu(b, gb, &mb)) {
+    if (!find_gpu(st->machine, a, ga, &ma) || !find_gpu(st->machine, b, gb, &mb)) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     int indices[2] = {(*ga)->handle.gpu, (*gb)->handle.gpu};
-    nvmlReturn_t rc = sim_admit(call, indices, indices[0] == indices[1] ? 1 : 2);
+    nvmlReturn_t rc = sim_admit(st, call, indices, indices[0] == indices[1] ? 1 : 2);
     if (rc == NVML_SUCCESS && (ma != NULL || mb != NULL)) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
@@ -142,17 +138,17 @@ int sim_vanished(const sim_gpu *gpu) {
     return gpu->vanish_after >= 0 && gpu->calls >= (unsigned long long)gpu->vanish_after;
 }
 
-unsigned sim_visible_count(void) {
+unsigned sim_visible_count(const sim_machine *m) {
     unsigned count = 0;
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        count += !sim_vanished(&g_machine->gpus[i]);
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        count += !sim_vanished(&m->gpus[i]);
     }
     return count;
 }
 
-sim_gpu *sim_visible_gpu(unsigned index) {
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        sim_gpu *g = &g_machine->gpus[i];
+sim_gpu *sim_visible_gpu(sim_machine *m, unsigned index) {
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        sim_gpu *g = &m->gpus[i];
         if (!sim_vanished(g) && index-- == 0) {
             return g;
         }
@@ -160,87 +156,88 @@ sim_gpu *sim_visible_gpu(unsigned index) {
     return NULL;
 }
 
-unsigned sim_visible_index(const sim_gpu *gpu) {
+unsigned sim_visible_index(const sim_machine *m, const sim_gpu *gpu) {
     unsigned index = 0;
     for (int i = 0; i < gpu->handle.gpu; i++) {
-        index += !sim_vanished(&g_machine->gpus[i]);
+        index += !sim_vanished(&m->gpus[i]);
     }
     return index;
 }
 
-int sim_link_cut(const sim_gpu *gpu, const sim_link *link) {
+int sim_link_cut(const sim_machine *m, const sim_gpu *gpu, const sim_link *link) {
     /* The call asking was counted already: more than down_after calls means at least
      * down_after calls were answered before it. */
     if (link->down_after >= 0 && gpu->calls > (unsigned long long)link->down_after) {
         return 1;
     }
-    return link->remote_gpu >= 0 && sim_vanished(&g_machine->gpus[link->remote_gpu]);
+    return link->remote_gpu >= 0 && sim_vanished(&m->gpus[link->remote_gpu]);
 }
 
-int sim_link_active(const sim_gpu *gpu, const sim_link *link) {
-    return link->active && !sim_link_cut(gpu, link);
+int sim_link_active(const sim_machine *m, const sim_gpu *gpu, const sim_link *link) {
+    return link->active && !sim_link_cut(m, gpu, link);
 }
 
 /* ------------------------------------------------------------------------- */
 /* Init and shutdown */
 
-static nvmlReturn_t init_common(const char *call) {
-    if (!g_configured && g_machine == NULL) {
+static nvmlReturn_t init_common(sim_state *st, const char *call) {
+    if (!st->configured && st->machine == NULL) {
         const char *path = getenv(CONFIG_ENV);
         if (path == NULL || *path == '\0') {
             return NVML_ERROR_DRIVER_NOT_LOADED;
         }
-        char error[sizeof g_last_error];
-        g_machine = sim_load_machine(path, error, sizeof error);
-        if (g_machine == NULL) {
-            memcpy(g_last_error, error, sizeof g_last_error);
+        char error[sizeof st->last_error];
+        st->machine = sim_load_machine(path, error, sizeof error);
+        if (st->machine == NULL) {
+            memcpy(st->last_error, error, sizeof st->last_error);
             fprintf(stderr, "gfdsim: %s (from %s)\n", error, CONFIG_ENV);
             return NVML_ERROR_UNKNOWN;
         }
     }
-    if (g_machine == NULL) {
+    if (st->machine == NULL) {
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
-    g_machine->init_attempts++;
-    if (g_machine->init_attempts <= g_machine->driver_not_loaded_inits) {
+    st->machine->init_attempts++;
+    if (st->machine->init_attempts <= st->machine->driver_not_loaded_inits) {
         return NVML_ERROR_DRIVER_NOT_LOADED;
     }
-    nvmlReturn_t rc = sim_injected(call, NULL, 0);
+    nvmlReturn_t rc = sim_injected(st->machine, call, NULL, 0);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    g_init_count++;
+    st->init_count++;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
-    LOCK();
-    RETURN(init_common(__func__));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, init_common(st, __func__));
 }
 
 nvmlReturn_t nvmlInit_v2(void) {
-    LOCK();
-    RETURN(init_common(__func__));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, init_common(st, __func__));
 }
 
 nvmlReturn_t nvmlInit(void) {
-    LOCK();
-    RETURN(init_common(__func__));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, init_common(st, __func__));
 }
 
 nvmlReturn_t nvmlShutdown(void) {
-    LOCK();
-    if (g_init_count == 0) {
-        RETURN(NVML_ERROR_UNINITIALIZED);
+    sim_state *st = sim_state_lock();
+    if (st->init_count == 0) {
+        return sim_state_unlock(st, NVML_ERROR_UNINITIALIZED);
     }
-    nvmlReturn_t rc = g_machine != NULL ? sim_injected(__func__, NULL, 0) : NVML_SUCCESS;
-    g_init_count--;
-    if (g_init_count == 0) {
+    nvmlReturn_t rc =
+        st->machine != NULL ? sim_injected(st->machine, __func__, NULL, 0) : NVML_SUCCESS;
+    st->init_count--;
+    if (st->init_count == 0) {
         /* NVML's state goes with its last reference, event sets included. */
-        sim_release_event_sets();
+        sim_release_event_sets(st);
     }
-    RETURN(rc);
+    return sim_state_unlock(st, rc);
 }
 
 const char *nvmlErrorString(nvmlReturn_t result) {
@@ -285,59 +282,59 @@ const char *nvmlErrorString(nvmlReturn_t result) {
 /* System queries */
 
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
-    LOCK();
-    nvmlReturn_t rc = sim_enter_system(__func__);
+    sim_state *st = sim_state_lock();
+    nvmlReturn_t rc = sim_enter_system(st, __func__);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (version == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    if (!g_machine->has_driver) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!st->machine->has_driver) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
-    RETURN(sim_copy_string(g_machine->driver, version, length));
+    return sim_state_unlock(st, sim_copy_string(st->machine->driver, version, length));
 }
 
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
-    LOCK();
-    nvmlReturn_t rc = sim_enter_system(__func__);
+    sim_state *st = sim_state_lock();
+    nvmlReturn_t rc = sim_enter_system(st, __func__);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (version == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    if (!g_machine->has_driver) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!st->machine->has_driver) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     /* NVML reports its own version as the API major followed by the driver version. */
     char text[NVML_SYSTEM_NVML_VERSION_BUFFER_SIZE + 8];
-    snprintf(text, sizeof text, "%s.%s", NVML_API_VERSION_STR, g_machine->driver);
-    RETURN(sim_copy_string(text, version, length));
+    snprintf(text, sizeof text, "%s.%s", NVML_API_VERSION_STR, st->machine->driver);
+    return sim_state_unlock(st, sim_copy_string(text, version, length));
 }
 
-static nvmlReturn_t cuda_version(const char *call, int *cudaDriverVersion) {
-    nvmlReturn_t rc = sim_enter_system(call);
+static nvmlReturn_t cuda_version(sim_state *st, const char *call, int *cudaDriverVersion) {
+    nvmlReturn_t rc = sim_enter_system(st, call);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
     if (cudaDriverVersion == NULL) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    if (!g_machine->has_cuda) {
+    if (!st->machine->has_cuda) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
-    *cudaDriverVersion = g_machine->cuda;
+    *cudaDriverVersion = st->machine->cuda;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
-    LOCK();
-    RETURN(cuda_version(__func__, cudaDriverVersion));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, cuda_version(st, __func__, cudaDriverVersion));
 }
 
 nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
-    LOCK();
-    RETURN(cuda_version(__func__, cudaDriverVersion));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, cuda_version(st, __func__, cudaDriverVersion));
 }

@@ -1,8 +1,8 @@
 /*
  * sim_events.c: NVML's event sets. Owns nvmlEventSetCreate, nvmlDeviceRegisterEvents,
  * nvmlDeviceGetSupportedEventTypes, nvmlEventSetWait_v2, nvmlEventSetWait and
- * nvmlEventSetFree, and the delivery of the events that fault_event records post
- * (sim_post_event, called by the fault engine when a GPU's calls reach them).
+ * nvmlEventSetFree. Posting events into the sets (those that fault_event records post when
+ * a GPU's calls reach them) and freeing them all is sim_event_queue.c's.
  *
  * As in NVML, a set receives an event only if it recorded that type on that GPU when the
  * event happened (nvml.h: events before nvmlDeviceRegisterEvents are not recorded). A
@@ -13,186 +13,115 @@
  * is freed meanwhile runs out its time (as on a real driver), one whose NVML is shut down
  * returns UNINITIALIZED.
  *
- * Sets are slots of a fixed table (SIM_MAX_EVENT_SETS, each queueing SIM_EVENT_QUEUE
- * events; more are dropped, as from a full driver queue), handed out as handles, so a
- * stale or foreign handle is INVALID_ARGUMENT rather than a crash. They outlive a machine
- * no more than NVML's own: the last nvmlShutdown and a new machine free them all.
+ * Sets are slots of a fixed table in the library's state (sim_state.event_sets:
+ * SIM_MAX_EVENT_SETS, each queueing SIM_EVENT_QUEUE events; more are dropped, as from a
+ * full driver queue), handed out as handles, so a stale or foreign handle is
+ * INVALID_ARGUMENT rather than a crash. They outlive a machine no more than NVML's own: the
+ * last nvmlShutdown and a new machine free them all.
  */
 
 #include "nvmlsim.h"
 
-#include <errno.h>
 #include <string.h>
 #include <time.h>
 
 /* nvml.h: gpuInstanceId and computeInstanceId of an event on the whole GPU. */
 #define NO_INSTANCE 0xFFFFFFFFu
 
-typedef struct {
-    int gpu; /* machine-file index */
-    int mig; /* index into the GPU's migs, -1: the whole GPU */
-    unsigned long long type;
-    unsigned long long data;
-} queued_event;
-
-struct nvmlEventSet_st {
-    int in_use;
-    unsigned generation; /* bumped when freed: a waiter no longer takes its events */
-    unsigned long long recorded[SIM_MAX_GPUS]; /* event types recorded, per GPU */
-    queued_event queue[SIM_EVENT_QUEUE];
-    unsigned head, count;
-};
-
-static struct nvmlEventSet_st event_sets[SIM_MAX_EVENT_SETS];
-static pthread_cond_t event_arrived;
-static pthread_once_t event_arrived_once = PTHREAD_ONCE_INIT;
-
-/* Waits measure their timeout on the monotonic clock: a clock step must not end or
- * stretch one. */
-static void init_event_arrived(void) {
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&event_arrived, &attr);
-    pthread_condattr_destroy(&attr);
-}
-
-static pthread_cond_t *arrived(void) {
-    pthread_once(&event_arrived_once, init_event_arrived);
-    return &event_arrived;
-}
-
-static int valid_set(nvmlEventSet_t set) {
+static int valid_set(sim_state *st, nvmlEventSet_t set) {
     for (size_t i = 0; i < SIM_MAX_EVENT_SETS; i++) {
-        if (set == &event_sets[i]) {
+        if (set == &st->event_sets[i]) {
             return set->in_use;
         }
     }
     return 0;
 }
 
-static void free_set(nvmlEventSet_t set) {
-    set->in_use = 0;
-    set->generation++;
-}
-
-/* ------------------------------------------------------------------------- */
-/* Shared with the fault engine and the lifecycle */
-
-void sim_post_event(const sim_gpu *gpu, int mig, unsigned long long type, unsigned long long data,
-                    unsigned times) {
-    int index = gpu->handle.gpu;
-    for (size_t i = 0; i < SIM_MAX_EVENT_SETS; i++) {
-        nvmlEventSet_t set = &event_sets[i];
-        if (!set->in_use || (set->recorded[index] & type) == 0) {
-            continue;
-        }
-        for (unsigned k = 0; k < times && set->count < SIM_EVENT_QUEUE; k++) {
-            set->queue[(set->head + set->count++) % SIM_EVENT_QUEUE] =
-                (queued_event){index, mig, type, data};
-        }
-    }
-    sim_wake_event_waiters();
-}
-
-void sim_wake_event_waiters(void) {
-    pthread_cond_broadcast(arrived());
-}
-
-void sim_release_event_sets(void) {
-    for (size_t i = 0; i < SIM_MAX_EVENT_SETS; i++) {
-        if (event_sets[i].in_use) {
-            free_set(&event_sets[i]);
-        }
-    }
-    sim_wake_event_waiters();
-}
-
 /* ------------------------------------------------------------------------- */
 /* Sets and registration */
 
 nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
-    LOCK();
-    nvmlReturn_t rc = sim_enter_system(__func__);
+    sim_state *st = sim_state_lock();
+    nvmlReturn_t rc = sim_enter_system(st, __func__);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (set == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     for (size_t i = 0; i < SIM_MAX_EVENT_SETS; i++) {
-        nvmlEventSet_t slot = &event_sets[i];
+        nvmlEventSet_t slot = &st->event_sets[i];
         if (!slot->in_use) {
             memset(slot->recorded, 0, sizeof slot->recorded);
             slot->head = slot->count = 0;
             slot->in_use = 1;
             *set = slot;
-            RETURN(NVML_SUCCESS);
+            return sim_state_unlock(st, NVML_SUCCESS);
         }
     }
     /* nvml.h names no error for this; a driver out of resources answers UNKNOWN. */
-    RETURN(NVML_ERROR_UNKNOWN);
+    return sim_state_unlock(st, NVML_ERROR_UNKNOWN);
 }
 
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
-    LOCK();
-    nvmlReturn_t rc = sim_enter_system(__func__);
+    sim_state *st = sim_state_lock();
+    nvmlReturn_t rc = sim_enter_system(st, __func__);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
-    if (!valid_set(set)) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!valid_set(st, set)) {
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    free_set(set);
-    RETURN(NVML_SUCCESS);
+    sim_free_event_set(set);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (eventTypes == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     /* No event_types value: a GPU without events, an empty mask (as on Windows). */
-    sim_value(gpu, SIM_VALUE_EVENT_TYPES, eventTypes);
-    RETURN(NVML_SUCCESS);
+    sim_value(st->machine, gpu, SIM_VALUE_EVENT_TYPES, eventTypes);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
                                       nvmlEventSet_t set) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     /* MIG device handles: nvml.h has no per-instance event reporting through them. */
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
-    if (!valid_set(set)) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!valid_set(st, set)) {
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     /* As a real driver answered (H200, 580.159.04): no type at all succeeds and records
      * nothing, an unknown bit among the low 32 is ignored, one above them (1 << 40) is
      * NOT_SUPPORTED, as is a known type the GPU lacks (nvml.h: none is registered then). */
     unsigned long long known = eventTypes & (unsigned long long)nvmlEventTypeAll;
     unsigned long long supported;
-    sim_value(gpu, SIM_VALUE_EVENT_TYPES, &supported);
+    sim_value(st->machine, gpu, SIM_VALUE_EVENT_TYPES, &supported);
     if ((eventTypes >> 32) != 0 || (known & ~supported) != 0) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     set->recorded[gpu->handle.gpu] |= known;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* ------------------------------------------------------------------------- */
 /* Waiting */
 
-static int records_gone_gpu(nvmlEventSet_t set) {
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        const sim_gpu *g = &g_machine->gpus[i];
+static int records_gone_gpu(const sim_machine *m, nvmlEventSet_t set) {
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        const sim_gpu *g = &m->gpus[i];
         if (set->recorded[i] != 0 && (g->lost || sim_vanished(g))) {
             return 1;
         }
@@ -212,9 +141,10 @@ static struct timespec deadline_after(unsigned timeoutms) {
     return at;
 }
 
-/* Under g_lock, released while waiting: the next event of a valid `set`, or why there is
+/* Under the lock, given up while waiting: the next event of a valid `set`, or why there is
  * none. */
-static nvmlReturn_t next_event(nvmlEventSet_t set, queued_event *event, unsigned timeoutms) {
+static nvmlReturn_t next_event(sim_state *st, nvmlEventSet_t set, sim_queued_event *event,
+                               unsigned timeoutms) {
     unsigned generation = set->generation;
     struct timespec deadline = deadline_after(timeoutms);
     int timed_out = 0;
@@ -228,14 +158,14 @@ static nvmlReturn_t next_event(nvmlEventSet_t set, queued_event *event, unsigned
             set->count--;
             return NVML_SUCCESS;
         }
-        if (current && records_gone_gpu(set)) {
+        if (current && records_gone_gpu(st->machine, set)) {
             return NVML_ERROR_GPU_IS_LOST;
         }
         if (timed_out) {
             return NVML_ERROR_TIMEOUT;
         }
-        timed_out = pthread_cond_timedwait(arrived(), &g_lock, &deadline) == ETIMEDOUT;
-        if (g_init_count == 0 || g_machine == NULL) {
+        timed_out = sim_state_wait(st, &deadline);
+        if (st->init_count == 0 || st->machine == NULL) {
             return NVML_ERROR_UNINITIALIZED;
         }
     }
@@ -243,21 +173,21 @@ static nvmlReturn_t next_event(nvmlEventSet_t set, queued_event *event, unsigned
 
 /* Both versions of the call: v2 fills the whole nvmlEventData_t, the older one only what
  * its smaller struct held (device, eventType, eventData). */
-static nvmlReturn_t wait_for_event(const char *call, nvmlEventSet_t set, nvmlEventData_t *data,
-                                   unsigned timeoutms, int with_instances) {
-    nvmlReturn_t rc = sim_enter_system(call);
+static nvmlReturn_t wait_for_event(sim_state *st, const char *call, nvmlEventSet_t set,
+                                   nvmlEventData_t *data, unsigned timeoutms, int with_instances) {
+    nvmlReturn_t rc = sim_enter_system(st, call);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (data == NULL || !valid_set(set)) {
+    if (data == NULL || !valid_set(st, set)) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    queued_event event;
-    rc = next_event(set, &event, timeoutms);
+    sim_queued_event event;
+    rc = next_event(st, set, &event, timeoutms);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    sim_gpu *gpu = &g_machine->gpus[event.gpu];
+    sim_gpu *gpu = &st->machine->gpus[event.gpu];
     data->device = &gpu->handle;
     data->eventType = event.type;
     data->eventData = event.data;
@@ -271,11 +201,11 @@ static nvmlReturn_t wait_for_event(const char *call, nvmlEventSet_t set, nvmlEve
 
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
                                  unsigned int timeoutms) {
-    LOCK();
-    RETURN(wait_for_event(__func__, set, data, timeoutms, 1));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, wait_for_event(st, __func__, set, data, timeoutms, 1));
 }
 
 nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
-    LOCK();
-    RETURN(wait_for_event(__func__, set, data, timeoutms, 0));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, wait_for_event(st, __func__, set, data, timeoutms, 0));
 }

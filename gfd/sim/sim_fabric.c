@@ -12,29 +12,29 @@
 /* Fabric */
 
 nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (gpuFabricInfo == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     unsigned version = gpuFabricInfo->version;
     if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3) {
-        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        return sim_state_unlock(st, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     }
     if (!gpu->has_fabric) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     /* v2 is a prefix of v3: fill the shared fields through the v2 layout only. */
     nvmlGpuFabricInfo_v2_t *v2 = (nvmlGpuFabricInfo_v2_t *)gpuFabricInfo;
     unsigned long long state, status, health;
-    sim_value(gpu, SIM_VALUE_FABRIC_STATE, &state);
-    sim_value(gpu, SIM_VALUE_FABRIC_STATUS, &status);
+    sim_value(st->machine, gpu, SIM_VALUE_FABRIC_STATE, &state);
+    sim_value(st->machine, gpu, SIM_VALUE_FABRIC_STATUS, &status);
     /* A fabric record without a health mask (a driver of the v1 call) answers 0. */
-    sim_value(gpu, SIM_VALUE_FABRIC_HEALTH, &health);
+    sim_value(st->machine, gpu, SIM_VALUE_FABRIC_HEALTH, &health);
     memcpy(v2->clusterUuid, gpu->fabric_uuid, sizeof v2->clusterUuid);
     v2->status = (nvmlReturn_t)status;
     v2->cliqueId = gpu->fabric_clique;
@@ -43,30 +43,30 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV
     if (version == nvmlGpuFabricInfo_v3) {
         gpuFabricInfo->healthSummary = NVML_GPU_FABRIC_HEALTH_SUMMARY_NOT_SUPPORTED;
     }
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (gpuFabricInfo == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (!gpu->has_fabric) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     unsigned long long state, status;
-    sim_value(gpu, SIM_VALUE_FABRIC_STATE, &state);
-    sim_value(gpu, SIM_VALUE_FABRIC_STATUS, &status);
+    sim_value(st->machine, gpu, SIM_VALUE_FABRIC_STATE, &state);
+    sim_value(st->machine, gpu, SIM_VALUE_FABRIC_STATUS, &status);
     memcpy(gpuFabricInfo->clusterUuid, gpu->fabric_uuid, sizeof gpuFabricInfo->clusterUuid);
     gpuFabricInfo->status = (nvmlReturn_t)status;
     gpuFabricInfo->cliqueId = gpu->fabric_clique;
     gpuFabricInfo->state = (nvmlGpuFabricState_t)state;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -75,18 +75,18 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t
 
 nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device,
                                              nvmlGpuVirtualizationMode_t *pVirtualMode) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (pVirtualMode == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (!gpu->has_virtualization_mode) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *pVirtualMode = (nvmlGpuVirtualizationMode_t)gpu->virtualization_mode;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }

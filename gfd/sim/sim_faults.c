@@ -14,7 +14,8 @@
  *                                 below) is set, or rises with every further call on it:
  *                                 sim_value
  *   fault_event                   after N calls on a GPU, events happen on it:
- *                                 sim_post_due_events, which sim_events.c delivers
+ *                                 sim_take_due_event, which call admission (sim_core.c)
+ *                                 posts (sim_event_queue.c)
  * It also owns the per-GPU values' names and bounds, which the "value" records of a GPU
  * (sim_config_gpu.c) use too.
  */
@@ -403,16 +404,16 @@ static void sleep_ms(unsigned ms) {
     }
 }
 
-nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus) {
-    for (size_t i = 0; i < g_machine->n_faults; i++) {
-        sim_fault *f = &g_machine->faults[i];
+nvmlReturn_t sim_injected(sim_machine *m, const char *call, const int *gpus, int n_gpus) {
+    for (size_t i = 0; i < m->n_faults; i++) {
+        sim_fault *f = &m->faults[i];
         if (f->delay_ms > 0 && fault_matches(f, call, gpus, n_gpus)) {
             f->used++;
             sleep_ms(f->delay_ms);
         }
     }
-    for (size_t i = 0; i < g_machine->n_faults; i++) {
-        sim_fault *f = &g_machine->faults[i];
+    for (size_t i = 0; i < m->n_faults; i++) {
+        sim_fault *f = &m->faults[i];
         if (f->delay_ms == 0 && fault_matches(f, call, gpus, n_gpus)) {
             f->used++;
             return (nvmlReturn_t)f->code;
@@ -424,12 +425,12 @@ nvmlReturn_t sim_injected(const char *call, const int *gpus, int n_gpus) {
 /* ------------------------------------------------------------------------- */
 /* What faults do to a GPU's values and events */
 
-int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
+int sim_value(const sim_machine *m, const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
     int supported = gpu->has_value[id];
     unsigned long long v = gpu->values[id];
     unsigned long long max = value_max(id);
-    for (size_t i = 0; i < g_machine->n_changes; i++) {
-        const sim_change *c = &g_machine->changes[i];
+    for (size_t i = 0; i < m->n_changes; i++) {
+        const sim_change *c = &m->changes[i];
         if (c->kind == SIM_CHANGE_EVENT || c->gpu != gpu->handle.gpu || c->value != id ||
             gpu->calls <= c->after) {
             continue;
@@ -448,13 +449,14 @@ int sim_value(const sim_gpu *gpu, sim_value_id id, unsigned long long *out) {
     return supported;
 }
 
-void sim_post_due_events(const sim_gpu *gpu) {
-    for (size_t i = 0; i < g_machine->n_changes; i++) {
-        sim_change *c = &g_machine->changes[i];
+sim_change *sim_take_due_event(sim_machine *m, const sim_gpu *gpu) {
+    for (size_t i = 0; i < m->n_changes; i++) {
+        sim_change *c = &m->changes[i];
         if (c->kind == SIM_CHANGE_EVENT && !c->posted && c->gpu == gpu->handle.gpu &&
             gpu->calls > c->after) {
             c->posted = 1;
-            sim_post_event(gpu, c->mig, c->event_type, c->amount, c->times);
+            return c;
         }
     }
+    return NULL;
 }

@@ -20,94 +20,94 @@
 
 nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current,
                                   nvmlEnableState_t *pending) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (current == NULL || pending == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     unsigned long long now, next;
-    if (!sim_value(gpu, SIM_VALUE_ECC_CURRENT, &now) ||
-        !sim_value(gpu, SIM_VALUE_ECC_PENDING, &next)) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_value(st->machine, gpu, SIM_VALUE_ECC_CURRENT, &now) ||
+        !sim_value(st->machine, gpu, SIM_VALUE_ECC_PENDING, &next)) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *current = now ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     *pending = next ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
                                          nvmlEccCounterType_t counterType,
                                          unsigned long long *eccCounts) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     int corrected = errorType == NVML_MEMORY_ERROR_TYPE_CORRECTED;
     int volatile_count = counterType == NVML_VOLATILE_ECC;
     if (eccCounts == NULL || (!corrected && errorType != NVML_MEMORY_ERROR_TYPE_UNCORRECTED) ||
         (!volatile_count && counterType != NVML_AGGREGATE_ECC)) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     unsigned long long enabled;
-    if (!sim_value(gpu, SIM_VALUE_ECC_CURRENT, &enabled) || !enabled) {
+    if (!sim_value(st->machine, gpu, SIM_VALUE_ECC_CURRENT, &enabled) || !enabled) {
         /* nvml.h: "Requires ECC Mode to be enabled." */
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     sim_value_id counter =
         volatile_count ? (corrected ? SIM_VALUE_ECC_VOLATILE_CORRECTED
                                     : SIM_VALUE_ECC_VOLATILE_UNCORRECTED)
                        : (corrected ? SIM_VALUE_ECC_AGGREGATE_CORRECTED
                                     : SIM_VALUE_ECC_AGGREGATE_UNCORRECTED);
-    if (!sim_value(gpu, counter, eccCounts)) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_value(st->machine, gpu, counter, eccCounts)) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
                                        unsigned int *uncRows, unsigned int *isPending,
                                        unsigned int *failureOccurred) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (corrRows == NULL || uncRows == NULL || isPending == NULL || failureOccurred == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (gpu->has_mig_mode && gpu->mig_current && gpu->n_migs > 0) {
         /* nvml.h: not supported on MIG-enabled GPUs with active instances. */
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     unsigned long long correctable, uncorrectable, pending, failure;
-    if (!sim_value(gpu, SIM_VALUE_REMAPPED_CORRECTABLE, &correctable) ||
-        !sim_value(gpu, SIM_VALUE_REMAPPED_UNCORRECTABLE, &uncorrectable) ||
-        !sim_value(gpu, SIM_VALUE_REMAPPED_PENDING, &pending) ||
-        !sim_value(gpu, SIM_VALUE_REMAPPED_FAILURE, &failure)) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_value(st->machine, gpu, SIM_VALUE_REMAPPED_CORRECTABLE, &correctable) ||
+        !sim_value(st->machine, gpu, SIM_VALUE_REMAPPED_UNCORRECTABLE, &uncorrectable) ||
+        !sim_value(st->machine, gpu, SIM_VALUE_REMAPPED_PENDING, &pending) ||
+        !sim_value(st->machine, gpu, SIM_VALUE_REMAPPED_FAILURE, &failure)) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     /* The values' bounds (32-bit counts, 0/1 flags) were checked when they were read. */
     *corrRows = (unsigned)correctable;
     *uncRows = (unsigned)uncorrectable;
     *isPending = (unsigned)pending;
     *failureOccurred = (unsigned)failure;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* Both versions: the pages retired for `cause`, counted first when the buffer is short. */
-static nvmlReturn_t retired_pages(const char *call, nvmlDevice_t device,
+static nvmlReturn_t retired_pages(sim_state *st, const char *call, nvmlDevice_t device,
                                   nvmlPageRetirementCause_t cause, unsigned int *pageCount,
                                   unsigned long long *addresses, unsigned long long *timestamps,
                                   int with_times) {
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(call, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, call, device, &gpu);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -126,7 +126,7 @@ static nvmlReturn_t retired_pages(const char *call, nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     unsigned long long pages;
-    if (!sim_value(gpu, value, &pages)) {
+    if (!sim_value(st->machine, gpu, value, &pages)) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
     if (*pageCount < pages) {
@@ -149,32 +149,34 @@ static nvmlReturn_t retired_pages(const char *call, nvmlDevice_t device,
 
 nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                        unsigned int *pageCount, unsigned long long *addresses) {
-    LOCK();
-    RETURN(retired_pages(__func__, device, cause, pageCount, addresses, NULL, 0));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, retired_pages(st, __func__, device, cause, pageCount, addresses, NULL, 0));
 }
 
 nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                           unsigned int *pageCount, unsigned long long *addresses,
                                           unsigned long long *timestamps) {
-    LOCK();
-    RETURN(retired_pages(__func__, device, cause, pageCount, addresses, timestamps, 1));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, retired_pages(st, __func__, device, cause, pageCount, addresses, timestamps, 1));
 }
 
 nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device,
                                                     nvmlEnableState_t *isPending) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (isPending == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     unsigned long long pending;
-    if (!sim_value(gpu, SIM_VALUE_RETIRED_PENDING, &pending)) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_value(st->machine, gpu, SIM_VALUE_RETIRED_PENDING, &pending)) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *isPending = pending ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }

@@ -20,21 +20,21 @@
 
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
                                   unsigned int *pendingMode) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (currentMode == NULL || pendingMode == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (!gpu->has_mig_mode) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *currentMode = gpu->mig_current ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
     *pendingMode = gpu->mig_pending ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 static unsigned max_mig_devices(const sim_gpu *gpu) {
@@ -51,88 +51,88 @@ static unsigned max_mig_devices(const sim_gpu *gpu) {
 }
 
 nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc == NVML_ERROR_NOT_SUPPORTED) {
         rc = NVML_ERROR_INVALID_ARGUMENT; /* a MIG handle has no MIG children */
     }
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (count == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     *count = max_mig_devices(gpu);
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
                                                  nvmlDevice_t *migDevice) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc == NVML_ERROR_NOT_SUPPORTED) {
         rc = NVML_ERROR_INVALID_ARGUMENT;
     }
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (migDevice == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (!gpu->has_mig_mode) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     if (!gpu->mig_current) {
-        RETURN(NVML_ERROR_NOT_FOUND);
+        return sim_state_unlock(st, NVML_ERROR_NOT_FOUND);
     }
     if (index >= max_mig_devices(gpu)) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     for (size_t j = 0; j < gpu->n_migs; j++) {
         if (gpu->migs[j].index == index) {
             *migDevice = &gpu->migs[j].handle;
-            RETURN(NVML_SUCCESS);
+            return sim_state_unlock(st, NVML_SUCCESS);
         }
     }
-    RETURN(NVML_ERROR_NOT_FOUND);
+    return sim_state_unlock(st, NVML_ERROR_NOT_FOUND);
 }
 
 nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     sim_mig *mig;
-    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    nvmlReturn_t rc = sim_enter_device(st, __func__, device, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (isMigDevice == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     *isMigDevice = mig != NULL;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
                                                           nvmlDevice_t *device) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     sim_mig *mig;
-    nvmlReturn_t rc = sim_enter_device(__func__, migDevice, &gpu, &mig);
+    nvmlReturn_t rc = sim_enter_device(st, __func__, migDevice, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (device == NULL || mig == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     *device = &gpu->handle;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
-static nvmlReturn_t enter_mig(const char *call, nvmlDevice_t device, const void *out,
+static nvmlReturn_t enter_mig(sim_state *st, const char *call, nvmlDevice_t device, const void *out,
                               sim_gpu **gpu, sim_mig **mig) {
-    nvmlReturn_t rc = sim_enter_device(call, device, gpu, mig);
+    nvmlReturn_t rc = sim_enter_device(st, call, device, gpu, mig);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -143,36 +143,36 @@ static nvmlReturn_t enter_mig(const char *call, nvmlDevice_t device, const void 
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     sim_mig *mig;
-    nvmlReturn_t rc = enter_mig(__func__, device, id, &gpu, &mig);
+    nvmlReturn_t rc = enter_mig(st, __func__, device, id, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     *id = mig->gi_id;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     sim_mig *mig;
-    nvmlReturn_t rc = enter_mig(__func__, device, id, &gpu, &mig);
+    nvmlReturn_t rc = enter_mig(st, __func__, device, id, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     *id = mig->ci_id;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     sim_mig *mig;
-    nvmlReturn_t rc = enter_mig(__func__, device, attributes, &gpu, &mig);
+    nvmlReturn_t rc = enter_mig(st, __func__, device, attributes, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     attributes->multiprocessorCount = mig->multiprocessors;
     attributes->sharedCopyEngineCount = mig->copy_engines;
@@ -183,21 +183,21 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
     attributes->gpuInstanceSliceCount = mig->gi_slices;
     attributes->computeInstanceSliceCount = mig->ci_slices;
     attributes->memorySizeMB = mig->gi_memory_mib;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* ------------------------------------------------------------------------- */
 /* GPU instances and their profiles */
 
-static int find_gpu_instance(nvmlGpuInstance_t gi, sim_gpu **gpu, sim_mig **mig) {
-    if (g_machine == NULL || gi == NULL) {
+static int find_gpu_instance(sim_machine *m, nvmlGpuInstance_t gi, sim_gpu **gpu, sim_mig **mig) {
+    if (m == NULL || gi == NULL) {
         return 0;
     }
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        for (size_t j = 0; j < g_machine->gpus[i].n_migs; j++) {
-            if (gi == &g_machine->gpus[i].migs[j].gi_handle) {
-                *gpu = &g_machine->gpus[i];
-                *mig = &g_machine->gpus[i].migs[j];
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        for (size_t j = 0; j < m->gpus[i].n_migs; j++) {
+            if (gi == &m->gpus[i].migs[j].gi_handle) {
+                *gpu = &m->gpus[i];
+                *mig = &m->gpus[i].migs[j];
                 return 1;
             }
         }
@@ -205,9 +205,9 @@ static int find_gpu_instance(nvmlGpuInstance_t gi, sim_gpu **gpu, sim_mig **mig)
     return 0;
 }
 
-static nvmlReturn_t enter_instance(const char *call, sim_gpu *gpu) {
+static nvmlReturn_t enter_instance(sim_state *st, const char *call, sim_gpu *gpu) {
     int index = gpu->handle.gpu;
-    return sim_admit(call, &index, 1);
+    return sim_admit(st, call, &index, 1);
 }
 
 /* The MIG device that represents a GPU instance: the first one with that id. */
@@ -246,9 +246,10 @@ static unsigned gi_instance_count(const sim_gpu *gpu, const sim_mig *mig) {
     return mig->gi_slices != 0 ? slices / mig->gi_slices : 0;
 }
 
-static nvmlReturn_t enter_gi_profile(const char *call, nvmlDevice_t device, unsigned profile,
-                                     const void *info, sim_gpu **gpu, const sim_mig **mig) {
-    nvmlReturn_t rc = sim_enter_physical(call, device, gpu);
+static nvmlReturn_t enter_gi_profile(sim_state *st, const char *call, nvmlDevice_t device,
+                                     unsigned profile, const void *info, sim_gpu **gpu,
+                                     const sim_mig **mig) {
+    nvmlReturn_t rc = sim_enter_physical(st, call, device, gpu);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -303,12 +304,12 @@ static void gi_profile_name(const sim_mig *mig, char *out, size_t size) {
 
 nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
                                                  nvmlGpuInstanceProfileInfo_t *info) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_mig *mig;
-    nvmlReturn_t rc = enter_gi_profile(__func__, device, profile, info, &gpu, &mig);
+    nvmlReturn_t rc = enter_gi_profile(st, __func__, device, profile, info, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     memset(info, 0, sizeof *info);
     info->id = mig->gi_profile_id;
@@ -322,17 +323,17 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
     info->jpegCount = mig->jpeg;
     info->ofaCount = mig->ofa;
     info->memorySizeMB = mig->gi_memory_mib;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
                                                   nvmlGpuInstanceProfileInfo_v2_t *info) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_mig *mig;
-    nvmlReturn_t rc = enter_gi_profile(__func__, device, profile, info, &gpu, &mig);
+    nvmlReturn_t rc = enter_gi_profile(st, __func__, device, profile, info, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     unsigned version = info->version;
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
@@ -351,7 +352,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
         info->ofaCount = mig->ofa;
         info->memorySizeMB = mig->gi_memory_mib;
         memcpy(info->name, name, sizeof info->name);
-        RETURN(NVML_SUCCESS);
+        return sim_state_unlock(st, NVML_SUCCESS);
     }
     if (version == nvmlGpuInstanceProfileInfo_v3) {
         nvmlGpuInstanceProfileInfo_v3_t *v3 = (nvmlGpuInstanceProfileInfo_v3_t *)info;
@@ -369,34 +370,34 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
         v3->memorySizeMB = mig->gi_memory_mib;
         memcpy(v3->name, name, sizeof v3->name);
         v3->capabilities = 0;
-        RETURN(NVML_SUCCESS);
+        return sim_state_unlock(st, NVML_SUCCESS);
     }
-    RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    return sim_state_unlock(st, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
 }
 
 nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
                                           nvmlGpuInstance_t *gpuInstance) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc == NVML_ERROR_NOT_SUPPORTED) {
         rc = NVML_ERROR_INVALID_ARGUMENT;
     }
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (gpuInstance == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (!gpu->has_mig_mode || !gpu->mig_current) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     sim_mig *owner = gpu_instance_owner(gpu, id);
     if (owner == NULL) {
-        RETURN(NVML_ERROR_NOT_FOUND);
+        return sim_state_unlock(st, NVML_ERROR_NOT_FOUND);
     }
     *gpuInstance = &owner->gi_handle;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* Memory-slice placement: GPU instances laid out in order of their ids. */
@@ -412,18 +413,18 @@ static unsigned gi_placement_start(const sim_gpu *gpu, const sim_mig *owner) {
 }
 
 nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info) {
-    LOCK();
-    if (g_init_count == 0 || g_machine == NULL) {
-        RETURN(NVML_ERROR_UNINITIALIZED);
+    sim_state *st = sim_state_lock();
+    if (st->init_count == 0 || st->machine == NULL) {
+        return sim_state_unlock(st, NVML_ERROR_UNINITIALIZED);
     }
     sim_gpu *gpu;
     sim_mig *mig;
-    if (!find_gpu_instance(gpuInstance, &gpu, &mig) || info == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!find_gpu_instance(st->machine, gpuInstance, &gpu, &mig) || info == NULL) {
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    nvmlReturn_t rc = enter_instance(__func__, gpu);
+    nvmlReturn_t rc = enter_instance(st, __func__, gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     memset(info, 0, sizeof *info);
     info->device = &gpu->handle;
@@ -431,45 +432,46 @@ nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstan
     info->profileId = mig->gi_profile_id;
     info->placement.start = gi_placement_start(gpu, mig);
     info->placement.size = mig->gi_slices;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
                                                    nvmlComputeInstance_t *computeInstance) {
-    LOCK();
-    if (g_init_count == 0 || g_machine == NULL) {
-        RETURN(NVML_ERROR_UNINITIALIZED);
+    sim_state *st = sim_state_lock();
+    if (st->init_count == 0 || st->machine == NULL) {
+        return sim_state_unlock(st, NVML_ERROR_UNINITIALIZED);
     }
     sim_gpu *gpu;
     sim_mig *owner;
-    if (!find_gpu_instance(gpuInstance, &gpu, &owner) || computeInstance == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+    if (!find_gpu_instance(st->machine, gpuInstance, &gpu, &owner) || computeInstance == NULL) {
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    nvmlReturn_t rc = enter_instance(__func__, gpu);
+    nvmlReturn_t rc = enter_instance(st, __func__, gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     for (size_t j = 0; j < gpu->n_migs; j++) {
         if (gpu->migs[j].gi_id == owner->gi_id && gpu->migs[j].ci_id == id) {
             *computeInstance = &gpu->migs[j].ci_handle;
-            RETURN(NVML_SUCCESS);
+            return sim_state_unlock(st, NVML_SUCCESS);
         }
     }
-    RETURN(NVML_ERROR_NOT_FOUND);
+    return sim_state_unlock(st, NVML_ERROR_NOT_FOUND);
 }
 
 /* ------------------------------------------------------------------------- */
 /* Compute instances and their profiles */
 
-static int find_compute_instance(nvmlComputeInstance_t ci, sim_gpu **gpu, sim_mig **mig) {
-    if (g_machine == NULL || ci == NULL) {
+static int find_compute_instance(sim_machine *m, nvmlComputeInstance_t ci, sim_gpu **gpu,
+                                 sim_mig **mig) {
+    if (m == NULL || ci == NULL) {
         return 0;
     }
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        for (size_t j = 0; j < g_machine->gpus[i].n_migs; j++) {
-            if (ci == &g_machine->gpus[i].migs[j].ci_handle) {
-                *gpu = &g_machine->gpus[i];
-                *mig = &g_machine->gpus[i].migs[j];
+    for (size_t i = 0; i < m->n_gpus; i++) {
+        for (size_t j = 0; j < m->gpus[i].n_migs; j++) {
+            if (ci == &m->gpus[i].migs[j].ci_handle) {
+                *gpu = &m->gpus[i];
+                *mig = &m->gpus[i].migs[j];
                 return 1;
             }
         }
@@ -502,17 +504,18 @@ static unsigned ci_placement_start(const sim_gpu *gpu, const sim_mig *mig) {
     return start;
 }
 
-static nvmlReturn_t compute_instance_info(const char *call, nvmlComputeInstance_t computeInstance,
+static nvmlReturn_t compute_instance_info(sim_state *st, const char *call,
+                                          nvmlComputeInstance_t computeInstance,
                                           nvmlComputeInstanceInfo_t *info) {
-    if (g_init_count == 0 || g_machine == NULL) {
+    if (st->init_count == 0 || st->machine == NULL) {
         return NVML_ERROR_UNINITIALIZED;
     }
     sim_gpu *gpu;
     sim_mig *mig;
-    if (!find_compute_instance(computeInstance, &gpu, &mig) || info == NULL) {
+    if (!find_compute_instance(st->machine, computeInstance, &gpu, &mig) || info == NULL) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    nvmlReturn_t rc = enter_instance(call, gpu);
+    nvmlReturn_t rc = enter_instance(st, call, gpu);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -528,30 +531,30 @@ static nvmlReturn_t compute_instance_info(const char *call, nvmlComputeInstance_
 
 nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
                                            nvmlComputeInstanceInfo_t *info) {
-    LOCK();
-    RETURN(compute_instance_info(__func__, computeInstance, info));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, compute_instance_info(st, __func__, computeInstance, info));
 }
 
 nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance,
                                         nvmlComputeInstanceInfo_t *info) {
-    LOCK();
-    RETURN(compute_instance_info(__func__, computeInstance, info));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, compute_instance_info(st, __func__, computeInstance, info));
 }
 
 /* The compute instance of a GPU instance that uses CI profile index `profile`. */
-static nvmlReturn_t enter_ci_profile(const char *call, nvmlGpuInstance_t gpuInstance,
+static nvmlReturn_t enter_ci_profile(sim_state *st, const char *call, nvmlGpuInstance_t gpuInstance,
                                      unsigned profile, unsigned engProfile, const void *info,
                                      sim_gpu **gpu, const sim_mig **mig) {
-    if (g_init_count == 0 || g_machine == NULL) {
+    if (st->init_count == 0 || st->machine == NULL) {
         return NVML_ERROR_UNINITIALIZED;
     }
     sim_mig *owner;
-    if (!find_gpu_instance(gpuInstance, gpu, &owner) || info == NULL ||
+    if (!find_gpu_instance(st->machine, gpuInstance, gpu, &owner) || info == NULL ||
         profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT ||
         engProfile >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT) {
         return NVML_ERROR_INVALID_ARGUMENT;
     }
-    nvmlReturn_t rc = enter_instance(call, *gpu);
+    nvmlReturn_t rc = enter_instance(st, call, *gpu);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -569,12 +572,13 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
                                                           unsigned int profile,
                                                           unsigned int engProfile,
                                                           nvmlComputeInstanceProfileInfo_t *info) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_mig *mig;
-    nvmlReturn_t rc = enter_ci_profile(__func__, gpuInstance, profile, engProfile, info, &gpu, &mig);
+    nvmlReturn_t rc = enter_ci_profile(st, __func__, gpuInstance, profile, engProfile, info,
+                                       &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     memset(info, 0, sizeof *info);
     info->id = profile;
@@ -586,23 +590,24 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuI
     info->sharedEncoderCount = mig->encoders;
     info->sharedJpegCount = mig->jpeg;
     info->sharedOfaCount = mig->ofa;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
     nvmlComputeInstanceProfileInfo_v2_t *info) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_mig *mig;
-    nvmlReturn_t rc = enter_ci_profile(__func__, gpuInstance, profile, engProfile, info, &gpu, &mig);
+    nvmlReturn_t rc = enter_ci_profile(st, __func__, gpuInstance, profile, engProfile, info,
+                                       &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     unsigned version = info->version;
     if (version != nvmlComputeInstanceProfileInfo_v2 &&
         version != nvmlComputeInstanceProfileInfo_v3) {
-        RETURN(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        return sim_state_unlock(st, NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     }
     /* v2 is a prefix of v3 (v3 appends capabilities). */
     size_t size = version == nvmlComputeInstanceProfileInfo_v3
@@ -627,5 +632,5 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(
         const char *tag = strstr(mig->name, "MIG ");
         snprintf(info->name, sizeof info->name, "%s", tag != NULL ? tag : "");
     }
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }

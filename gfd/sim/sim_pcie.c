@@ -15,10 +15,10 @@
 #include "nvmlsim.h"
 
 /* One unsigned value of a physical GPU, NOT_SUPPORTED where the machine file gives none. */
-static nvmlReturn_t link_value(const char *call, nvmlDevice_t device, sim_value_id id,
-                               unsigned int *out) {
+static nvmlReturn_t link_value(sim_state *st, const char *call, nvmlDevice_t device,
+                               sim_value_id id, unsigned int *out) {
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(call, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, call, device, &gpu);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -26,7 +26,7 @@ static nvmlReturn_t link_value(const char *call, nvmlDevice_t device, sim_value_
         return NVML_ERROR_INVALID_ARGUMENT;
     }
     unsigned long long value;
-    if (!sim_value(gpu, id, &value)) {
+    if (!sim_value(st->machine, gpu, id, &value)) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
     /* Levels and the replay count were bounded to 32 bits when they were read. */
@@ -35,56 +35,62 @@ static nvmlReturn_t link_value(const char *call, nvmlDevice_t device, sim_value_
 }
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *currLinkGen) {
-    LOCK();
-    RETURN(link_value(__func__, device, SIM_VALUE_PCIE_CURRENT_GENERATION, currLinkGen));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, link_value(st, __func__, device, SIM_VALUE_PCIE_CURRENT_GENERATION, currLinkGen));
 }
 
 nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *currLinkWidth) {
-    LOCK();
-    RETURN(link_value(__func__, device, SIM_VALUE_PCIE_CURRENT_WIDTH, currLinkWidth));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, link_value(st, __func__, device, SIM_VALUE_PCIE_CURRENT_WIDTH, currLinkWidth));
 }
 
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *maxLinkGen) {
-    LOCK();
-    RETURN(link_value(__func__, device, SIM_VALUE_PCIE_MAX_GENERATION, maxLinkGen));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, link_value(st, __func__, device, SIM_VALUE_PCIE_MAX_GENERATION, maxLinkGen));
 }
 
 nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *maxLinkWidth) {
-    LOCK();
-    RETURN(link_value(__func__, device, SIM_VALUE_PCIE_MAX_WIDTH, maxLinkWidth));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, link_value(st, __func__, device, SIM_VALUE_PCIE_MAX_WIDTH, maxLinkWidth));
 }
 
 nvmlReturn_t nvmlDeviceGetGpuMaxPcieLinkGeneration(nvmlDevice_t device,
                                                    unsigned int *maxLinkGenDevice) {
-    LOCK();
-    RETURN(link_value(__func__, device, SIM_VALUE_PCIE_GPU_MAX_GENERATION, maxLinkGenDevice));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, link_value(st, __func__, device, SIM_VALUE_PCIE_GPU_MAX_GENERATION, maxLinkGenDevice));
 }
 
 nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
-    LOCK();
-    RETURN(link_value(__func__, device, SIM_VALUE_PCIE_REPLAY_COUNTER, value));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(
+        st, link_value(st, __func__, device, SIM_VALUE_PCIE_REPLAY_COUNTER, value));
 }
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (utilization == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     if (gpu->has_mig_mode && gpu->mig_current) {
         /* nvml.h: "On MIG-enabled GPUs, querying device utilization rates is not currently
          * supported." */
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     unsigned long long busy;
-    if (!sim_value(gpu, SIM_VALUE_GPU_UTILIZATION, &busy)) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!sim_value(st->machine, gpu, SIM_VALUE_GPU_UTILIZATION, &busy)) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     utilization->gpu = (unsigned)busy;
     utilization->memory = 0;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }

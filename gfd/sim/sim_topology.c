@@ -52,63 +52,63 @@ static nvmlReturn_t fill_device_array(nvmlDevice_t *matches, unsigned found, uns
 
 nvmlReturn_t nvmlSystemGetTopologyGpuSet(unsigned int cpuNumber, unsigned int *count,
                                          nvmlDevice_t *deviceArray) {
-    LOCK();
-    nvmlReturn_t rc = sim_enter_system(__func__);
+    sim_state *st = sim_state_lock();
+    nvmlReturn_t rc = sim_enter_system(st, __func__);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (count == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    nvmlDevice_t *matches = calloc(g_machine->n_gpus + 1, sizeof *matches);
+    nvmlDevice_t *matches = calloc(st->machine->n_gpus + 1, sizeof *matches);
     if (matches == NULL) {
-        RETURN(NVML_ERROR_MEMORY);
+        return sim_state_unlock(st, NVML_ERROR_MEMORY);
     }
     unsigned found = 0;
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        const sim_gpu *g = &g_machine->gpus[i];
+    for (size_t i = 0; i < st->machine->n_gpus; i++) {
+        const sim_gpu *g = &st->machine->gpus[i];
         if (!sim_vanished(g) && affinity_has_cpu(g, cpuNumber)) {
-            matches[found++] = &g_machine->gpus[i].handle;
+            matches[found++] = &st->machine->gpus[i].handle;
         }
     }
     rc = fill_device_array(matches, found, count, deviceArray);
     free(matches);
-    RETURN(rc);
+    return sim_state_unlock(st, rc);
 }
 
-static int level_of(const sim_gpu *a, const sim_gpu *b) {
-    return g_machine->levels[(size_t)a->handle.gpu * g_machine->n_gpus + (size_t)b->handle.gpu];
+static int level_of(const sim_machine *m, const sim_gpu *a, const sim_gpu *b) {
+    return m->levels[(size_t)a->handle.gpu * m->n_gpus + (size_t)b->handle.gpu];
 }
 
 nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
                                                  nvmlGpuTopologyLevel_t *pathInfo) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *a, *b;
-    nvmlReturn_t rc = sim_enter_pair(__func__, device1, device2, &a, &b);
+    nvmlReturn_t rc = sim_enter_pair(st, __func__, device1, device2, &a, &b);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (pathInfo == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    int level = level_of(a, b);
+    int level = level_of(st->machine, a, b);
     if (level < 0) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *pathInfo = (nvmlGpuTopologyLevel_t)level;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopologyLevel_t level,
                                               unsigned int *count, nvmlDevice_t *deviceArray) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
-    nvmlReturn_t rc = sim_enter_physical(__func__, device, &gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, __func__, device, &gpu);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (count == NULL) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     switch (level) {
     case NVML_TOPOLOGY_INTERNAL:
@@ -119,30 +119,30 @@ nvmlReturn_t nvmlDeviceGetTopologyNearestGpus(nvmlDevice_t device, nvmlGpuTopolo
     case NVML_TOPOLOGY_SYSTEM:
         break;
     default:
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
-    nvmlDevice_t *matches = calloc(g_machine->n_gpus + 1, sizeof *matches);
+    nvmlDevice_t *matches = calloc(st->machine->n_gpus + 1, sizeof *matches);
     if (matches == NULL) {
-        RETURN(NVML_ERROR_MEMORY);
+        return sim_state_unlock(st, NVML_ERROR_MEMORY);
     }
     unsigned found = 0;
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        sim_gpu *other = &g_machine->gpus[i];
-        int l = level_of(gpu, other);
+    for (size_t i = 0; i < st->machine->n_gpus; i++) {
+        sim_gpu *other = &st->machine->gpus[i];
+        int l = level_of(st->machine, gpu, other);
         if (other != gpu && !sim_vanished(other) && l >= 0 && l <= (int)level) {
             matches[found++] = &other->handle;
         }
     }
     rc = fill_device_array(matches, found, count, deviceArray);
     free(matches);
-    RETURN(rc);
+    return sim_state_unlock(st, rc);
 }
 
 /* Two GPUs share NVLink when a link of one ends at the other, or both reach one switch. */
-static int nvlink_connected(const sim_gpu *a, const sim_gpu *b) {
+static int nvlink_connected(const sim_machine *m, const sim_gpu *a, const sim_gpu *b) {
     for (size_t i = 0; i < a->n_links; i++) {
         const sim_link *la = &a->links[i];
-        if (!sim_link_active(a, la) || !la->has_remote_bus) {
+        if (!sim_link_active(m, a, la) || !la->has_remote_bus) {
             continue;
         }
         if (strcmp(la->remote_bus, b->bus_id) == 0) {
@@ -153,7 +153,7 @@ static int nvlink_connected(const sim_gpu *a, const sim_gpu *b) {
         }
         for (size_t j = 0; j < b->n_links; j++) {
             const sim_link *lb = &b->links[j];
-            if (sim_link_active(b, lb) && lb->has_remote_bus &&
+            if (sim_link_active(m, b, lb) && lb->has_remote_bus &&
                 strcmp(la->remote_bus, lb->remote_bus) == 0) {
                 return 1;
             }
@@ -163,10 +163,10 @@ static int nvlink_connected(const sim_gpu *a, const sim_gpu *b) {
 }
 
 /* A link to an NVSwitch is still up: the GPU is on its switch fabric. */
-static int on_switch_fabric(const sim_gpu *gpu) {
+static int on_switch_fabric(const sim_machine *m, const sim_gpu *gpu) {
     for (size_t i = 0; i < gpu->n_links; i++) {
         const sim_link *l = &gpu->links[i];
-        if (sim_link_active(gpu, l) && l->has_remote_bus && l->has_remote_type &&
+        if (sim_link_active(m, gpu, l) && l->has_remote_bus && l->has_remote_type &&
             l->remote_type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {
             return 1;
         }
@@ -174,9 +174,9 @@ static int on_switch_fabric(const sim_gpu *gpu) {
     return 0;
 }
 
-static int any_link_cut(const sim_gpu *gpu) {
+static int any_link_cut(const sim_machine *m, const sim_gpu *gpu) {
     for (size_t i = 0; i < gpu->n_links; i++) {
-        if (sim_link_cut(gpu, &gpu->links[i])) {
+        if (sim_link_cut(m, gpu, &gpu->links[i])) {
             return 1;
         }
     }
@@ -186,29 +186,27 @@ static int any_link_cut(const sim_gpu *gpu) {
 nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                     nvmlGpuP2PCapsIndex_t p2pIndex,
                                     nvmlGpuP2PStatus_t *p2pStatus) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *a, *b;
-    nvmlReturn_t rc = sim_enter_pair(__func__, device1, device2, &a, &b);
+    nvmlReturn_t rc = sim_enter_pair(st, __func__, device1, device2, &a, &b);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
+    const sim_machine *m = st->machine;
     if (p2pStatus == NULL || a == b || p2pIndex >= NVML_P2P_CAPS_INDEX_UNKNOWN) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     /* NVLink P2P as the machine file gives it, else derived: direct links, a shared switch,
      * or switches joined by trunks (see switch_group). */
-    int cut = any_link_cut(a) || any_link_cut(b);
-    int given = cut ? -1
-                    : g_machine->p2p_nvlink[(size_t)a->handle.gpu * g_machine->n_gpus +
-                                            (size_t)b->handle.gpu];
-    int trunked = a->handle.gpu != b->handle.gpu &&
-                  g_machine->switch_group[a->handle.gpu] >= 0 &&
-                  g_machine->switch_group[a->handle.gpu] ==
-                      g_machine->switch_group[b->handle.gpu] &&
-                  on_switch_fabric(a) && on_switch_fabric(b);
+    int cut = any_link_cut(m, a) || any_link_cut(m, b);
+    int given =
+        cut ? -1 : m->p2p_nvlink[(size_t)a->handle.gpu * m->n_gpus + (size_t)b->handle.gpu];
+    int trunked = a->handle.gpu != b->handle.gpu && m->switch_group[a->handle.gpu] >= 0 &&
+                  m->switch_group[a->handle.gpu] == m->switch_group[b->handle.gpu] &&
+                  on_switch_fabric(m, a) && on_switch_fabric(m, b);
     int nvlink = given >= 0 ? given == NVML_P2P_STATUS_OK
-                            : trunked || nvlink_connected(a, b) || nvlink_connected(b, a);
-    int level = level_of(a, b);
+                            : trunked || nvlink_connected(m, a, b) || nvlink_connected(m, b, a);
+    int level = level_of(m, a, b);
     /* GeForce boards have PCIe peer-to-peer disabled by the driver. */
     int geforce = (a->has_brand && a->brand == NVML_BRAND_GEFORCE) ||
                   (b->has_brand && b->brand == NVML_BRAND_GEFORCE);
@@ -238,7 +236,7 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
         break;
     }
     *p2pStatus = status;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -254,9 +252,9 @@ static const sim_link *find_link(const sim_gpu *gpu, unsigned link) {
 }
 
 /* Resolve the GPU and link for a per-link query; *out is NULL for an unlisted link. */
-static nvmlReturn_t enter_link(const char *call, nvmlDevice_t device, unsigned link,
+static nvmlReturn_t enter_link(sim_state *st, const char *call, nvmlDevice_t device, unsigned link,
                                const void *result, sim_gpu **gpu, const sim_link **out) {
-    nvmlReturn_t rc = sim_enter_physical(call, device, gpu);
+    nvmlReturn_t rc = sim_enter_physical(st, call, device, gpu);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
@@ -275,50 +273,50 @@ static nvmlReturn_t enter_link(const char *call, nvmlDevice_t device, unsigned l
 
 nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
                                       nvmlEnableState_t *isActive) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_link *l = NULL;
-    nvmlReturn_t rc = enter_link(__func__, device, link, isActive, &gpu, &l);
+    nvmlReturn_t rc = enter_link(st, __func__, device, link, isActive, &gpu, &l);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
-    *isActive = sim_link_active(gpu, l) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
-    RETURN(NVML_SUCCESS);
+    *isActive = sim_link_active(st->machine, gpu, l) ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link,
                                         unsigned int *version) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_link *l = NULL;
-    nvmlReturn_t rc = enter_link(__func__, device, link, version, &gpu, &l);
+    nvmlReturn_t rc = enter_link(st, __func__, device, link, version, &gpu, &l);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (!gpu->has_nvlink_version) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *version = gpu->nvlink_version;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
-static nvmlReturn_t remote_pci(const char *call, nvmlDevice_t device, unsigned int link,
-                               nvmlPciInfo_t *pci) {
+static nvmlReturn_t remote_pci(sim_state *st, const char *call, nvmlDevice_t device,
+                               unsigned int link, nvmlPciInfo_t *pci) {
     sim_gpu *gpu;
     const sim_link *l = NULL;
-    nvmlReturn_t rc = enter_link(call, device, link, pci, &gpu, &l);
+    nvmlReturn_t rc = enter_link(st, call, device, link, pci, &gpu, &l);
     if (rc != NVML_SUCCESS) {
         return rc;
     }
-    if (!l->has_remote_bus || sim_link_cut(gpu, l)) {
+    if (!l->has_remote_bus || sim_link_cut(st->machine, gpu, l)) {
         return NVML_ERROR_NOT_SUPPORTED;
     }
     sim_gpu remote;
     memset(&remote, 0, sizeof remote);
     sim_parse_bus_id(l->remote_bus, &remote.domain, &remote.bus, &remote.device, &remote.function);
     /* The peer's device id is known when the peer is a GPU of this machine. */
-    for (size_t i = 0; i < g_machine->n_gpus; i++) {
-        const sim_gpu *g = &g_machine->gpus[i];
+    for (size_t i = 0; i < st->machine->n_gpus; i++) {
+        const sim_gpu *g = &st->machine->gpus[i];
         if (g->domain == remote.domain && g->bus == remote.bus && g->device == remote.device &&
             g->function == remote.function) {
             remote.has_pci_device_id = g->has_pci_device_id;
@@ -331,30 +329,30 @@ static nvmlReturn_t remote_pci(const char *call, nvmlDevice_t device, unsigned i
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
                                                  nvmlPciInfo_t *pci) {
-    LOCK();
-    RETURN(remote_pci(__func__, device, link, pci));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, remote_pci(st, __func__, device, link, pci));
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t device, unsigned int link,
                                               nvmlPciInfo_t *pci) {
-    LOCK();
-    RETURN(remote_pci(__func__, device, link, pci));
+    sim_state *st = sim_state_lock();
+    return sim_state_unlock(st, remote_pci(st, __func__, device, link, pci));
 }
 
 nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
                                                  nvmlIntNvLinkDeviceType_t *pNvLinkDeviceType) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     const sim_link *l = NULL;
-    nvmlReturn_t rc = enter_link(__func__, device, link, pNvLinkDeviceType, &gpu, &l);
+    nvmlReturn_t rc = enter_link(st, __func__, device, link, pNvLinkDeviceType, &gpu, &l);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
-    if (!l->has_remote_type || sim_link_cut(gpu, l)) {
-        RETURN(NVML_ERROR_NOT_SUPPORTED);
+    if (!l->has_remote_type || sim_link_cut(st->machine, gpu, l)) {
+        return sim_state_unlock(st, NVML_ERROR_NOT_SUPPORTED);
     }
     *pNvLinkDeviceType = (nvmlIntNvLinkDeviceType_t)l->remote_type;
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -368,15 +366,15 @@ static long long now_usec(void) {
 
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                       nvmlFieldValue_t *values) {
-    LOCK();
+    sim_state *st = sim_state_lock();
     sim_gpu *gpu;
     sim_mig *mig;
-    nvmlReturn_t rc = sim_enter_device(__func__, device, &gpu, &mig);
+    nvmlReturn_t rc = sim_enter_device(st, __func__, device, &gpu, &mig);
     if (rc != NVML_SUCCESS) {
-        RETURN(rc);
+        return sim_state_unlock(st, rc);
     }
     if (values == NULL || valuesCount <= 0) {
-        RETURN(NVML_ERROR_INVALID_ARGUMENT);
+        return sim_state_unlock(st, NVML_ERROR_INVALID_ARGUMENT);
     }
     long long stamp = now_usec();
     for (int i = 0; i < valuesCount; i++) {
@@ -392,5 +390,5 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
             v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
     }
-    RETURN(NVML_SUCCESS);
+    return sim_state_unlock(st, NVML_SUCCESS);
 }
