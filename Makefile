@@ -87,8 +87,9 @@ dashboard: $(STAMP)
 profiles: $(RUNTIME_STAMP)
 	$(BIN)/python -c "from gfd.sim.parsed_profiles import main; raise SystemExit(main())"
 
-# Builds the container image with a local Docker engine (see docs/container.md);
-# on a machine with no image registry: BOOTSTRAP_BASE=1 make image
+# Builds the container image for linux/amd64 and linux/arm64 with a local Docker engine,
+# then one OCI image index of both under one tag, dist/gfd_<version>.oci.tar, with buildah
+# (see docs/container.md); on a machine with no image registry: BOOTSTRAP_BASE=1 make image
 image:
 	scripts/build-image.sh
 

@@ -3,12 +3,21 @@
 #
 # Uses the Dockerfile at the repository root, unchanged, with BuildKit, once per platform.
 # Each platform's image is tagged IMAGE-ARCH (gfd:0.1.0-amd64, gfd:0.1.0-arm64), and the
-# build machine's own architecture also plain IMAGE. Without a registry there is no
-# manifest list: Docker 20.10 can only make one (docker manifest) from pushed images.
+# build machine's own architecture also plain IMAGE. Then the one reference a fleet pulls:
+# an OCI image index of every platform built, under IMAGE's tag, written as an OCI archive
+# to DIST_DIR/<IMAGE, ':' and '/' as '_'>.oci.tar (docs/container.md, "One reference for
+# both architectures"). Docker 20.10 cannot make an index without a registry (docker
+# manifest works on pushed images only), so Debian's buildah makes it, in a storage of its
+# own that lives as long as this run: buildah is the one of Debian's image tools (buildah,
+# skopeo, umoci) that assembles an index from images; skopeo copies one and umoci edits a
+# single image. INDEX=0 skips it.
 # Environment:
-#   PLATFORMS    comma-separated linux/amd64, linux/arm64 (default: this machine's only;
-#                scripts/ci-image.sh builds both). A platform other than this machine's
-#                runs its build under qemu-user-static (binfmt with the F flag)
+#   PLATFORMS    comma-separated linux/amd64, linux/arm64 (default: both, as the fleet's
+#                nodes are; linux/<this machine's> alone for a quick build). A platform
+#                other than this machine's runs its build under qemu-user-static (binfmt
+#                with the F flag)
+#   BUILDAH      the buildah that makes the index (default: buildah on PATH; Debian:
+#                apt-get install buildah)
 #   DOCKER       container engine client (default: Debian's /usr/bin/docker when present,
 #                since another docker earlier on PATH may insist on the buildx plugin)
 #   BASE_IMAGE   base of both stages (default: the Dockerfile's ARG BASE_IMAGE, an exact
@@ -53,7 +62,7 @@ fi
 # Docker's and Debian's names of an architecture are the same for the two gfd builds.
 host_arch=$("$DOCKER" version --format '{{.Server.Arch}}')
 architectures=()
-IFS=, read -r -a platforms <<<"${PLATFORMS:-linux/$host_arch}"
+IFS=, read -r -a platforms <<<"${PLATFORMS:-linux/amd64,linux/arm64}"
 for platform in "${platforms[@]}"; do
     case $platform in
         linux/amd64 | linux/arm64) architectures+=("${platform#linux/}") ;;
@@ -63,6 +72,15 @@ for platform in "${platforms[@]}"; do
             ;;
     esac
 done
+
+if [[ ${INDEX:-1} != 0 ]]; then
+    BUILDAH=${BUILDAH:-$(command -v buildah || true)}
+    if [[ -z $BUILDAH ]]; then
+        echo "build-image: buildah, which makes the image index, is not installed;" \
+            "install it (Debian: apt-get install buildah) or set INDEX=0 for the per-architecture images only" >&2
+        exit 2
+    fi
+fi
 
 image_arch() {
     # The architecture an image is for, or nothing when the engine has no such image.
@@ -217,3 +235,28 @@ for arch in "${architectures[@]}"; do
         echo "build-image: the test suite's packages for linux/$arch in $((SECONDS - started)) s: $deps"
     fi
 done
+
+# The image index: one reference for every platform built. buildah keeps the list in a
+# storage of its own under the run's temporary folder (vfs: no mounts needed), takes each
+# platform's image from the engine as built, and writes the index with its images' blobs as
+# one OCI archive, tagged with IMAGE's tag.
+if [[ ${INDEX:-1} != 0 ]]; then
+    index=${DIST_DIR:-dist}/${image//[:\/]/_}.oci.tar
+    storage=$out/buildah
+    buildah_in() {
+        TMPDIR=$storage "$BUILDAH" --root "$storage/root" --runroot "$storage/run" --storage-driver vfs "$@"
+    }
+    started=$SECONDS
+    mkdir -p "$storage"
+    buildah_in manifest create "$image" >/dev/null
+    for arch in "${architectures[@]}"; do
+        buildah_in manifest add --os linux --arch "$arch" "$image" "docker-daemon:$image-$arch" >/dev/null
+    done
+    mkdir -p "$(dirname "$index")"
+    rm -f "$index.part"
+    buildah_in manifest push --quiet --all --format oci "$image" "oci-archive:$index.part:${image##*:}"
+    mv "$index.part" "$index"
+    echo "build-image: image index of ${architectures[*]} as $image in $((SECONDS - started)) s:" \
+        "$index ($(( $(stat -c %s "$index") / 1000000 )) MB); push it with" \
+        "skopeo copy --all oci-archive:$index docker://REGISTRY/${image##*/}"
+fi

@@ -2,7 +2,7 @@
 # For CI: make a container engine available and build gfd's images, amd64 and arm64, so
 # that tests/deploy/test_image*.py run them.
 #
-# Installs Debian's docker.io and debootstrap, and qemu-user-static with binfmt-support
+# Installs Debian's docker.io, debootstrap and buildah, and qemu-user-static with binfmt-support
 # (the arm64 build and image run under emulation), when missing (root); checks that the
 # kernel runs arm64 binaries through qemu with the F flag (the interpreter opened at
 # registration, so that it works inside containers too); starts dockerd in the background
@@ -18,7 +18,8 @@ pid_file=${GFD_DOCKERD_PID_FILE:-/tmp/gfd-ci-dockerd.pid}
 docker_cli=/usr/bin/docker
 
 platforms=${PLATFORMS:-linux/amd64,linux/arm64}
-packages=(docker.io debootstrap)
+# buildah makes the image index (scripts/build-image.sh).
+packages=(docker.io debootstrap buildah)
 [[ $platforms != *linux/arm64* ]] || packages+=(qemu-user-static binfmt-support)
 missing=()
 for package in "${packages[@]}"; do

@@ -4,6 +4,7 @@ architecture (a test that takes ``image`` runs once per architecture)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from tests.deploy.container_engine import (
     AMD64,
     ARCHITECTURES,
+    IMAGE_INDEX,
     BuiltImage,
     docker_client,
     engine_unavailable_reason,
@@ -57,3 +59,11 @@ def image(request: pytest.FixtureRequest, client: str) -> BuiltImage:
 def amd64_image(client: str) -> BuiltImage:
     """The amd64 image alone: for what only exists for amd64 (NVIDIA's real libraries)."""
     return _checked(client, AMD64)
+
+
+@pytest.fixture(scope="session")
+def image_index() -> Path:
+    """The image index's OCI archive, as scripts/build-image.sh wrote it."""
+    if not IMAGE_INDEX.is_file():
+        _unavailable(f"no image index at {IMAGE_INDEX}; run scripts/build-image.sh first")
+    return IMAGE_INDEX

@@ -71,6 +71,11 @@ class BuiltImage:
         return [*LOCKED_DOWN_RUN, "--platform", self.platform, *options]
 
 
+#: The OCI archive of the image index scripts/build-image.sh writes: every platform built,
+#: under IMAGE's tag (docs/container.md, "One reference for both architectures").
+IMAGE_INDEX = DIST_DIR / (IMAGE.replace(":", "_").replace("/", "_") + ".oci.tar")
+
+
 #: Every architecture the image is built for (scripts/build-image.sh PLATFORMS).
 ARCHITECTURES = (
     BuiltImage("amd64", "x86_64-linux-gnu"),
