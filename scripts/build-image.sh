@@ -73,6 +73,21 @@ for platform in "${platforms[@]}"; do
     esac
 done
 
+# A foreign architecture's RUN steps need qemu through binfmt; say so before a long build
+# fails on "exec format error".
+binfmt=/proc/sys/fs/binfmt_misc
+for arch in "${architectures[@]}"; do
+    [[ $arch != "$host_arch" ]] || continue
+    qemu=qemu-aarch64
+    [[ $arch == arm64 ]] || qemu=qemu-x86_64
+    if ! grep -qx enabled "$binfmt/$qemu" 2>/dev/null; then
+        echo "build-image: linux/$arch cannot be built here: no enabled $qemu binfmt entry in $binfmt;" \
+            "install qemu-user-static and binfmt-support (scripts/ci-image.sh does), or build" \
+            "this machine's only: PLATFORMS=linux/$host_arch" >&2
+        exit 2
+    fi
+done
+
 if [[ ${INDEX:-1} != 0 ]]; then
     BUILDAH=${BUILDAH:-$(command -v buildah || true)}
     if [[ -z $BUILDAH ]]; then
