@@ -713,6 +713,48 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
+def side_by_side(
+    launcher: Launcher,
+    commands: dict[str, list[str]],
+    workdir: Path,
+    audit: Path,
+    rounds: int,
+    prefix: str,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, float]], dict[str, float]]:
+    """``rounds`` rounds of kubectl's and gfd's ``commands``, alternating which goes first so
+    that a drift in the machine's load hits both; the rounds, each one's medians, and gfd's
+    over kubectl's. ``prefix`` names the runs in the audit log and the progress lines."""
+    done: list[dict[str, Any]] = []
+    for number in range(rounds):
+        order = ("kubectl", "gfd") if number % 2 == 0 else ("gfd", "kubectl")
+        row: dict[str, Any] = {"order": list(order)}
+        for name in order:
+            row[name] = measure(
+                launcher, commands[name], workdir, f"{prefix}{name}-{number}", audit
+            )
+        done.append(row)
+        print(
+            f"{prefix}round {number + 1}: "
+            + ", ".join(
+                f"{n} {row[n]['wall_s']} s {row[n]['peak_rss_mib']} MiB "
+                f"(exit {row[n]['exit_status']})"
+                for n in ("kubectl", "gfd")
+            ),
+            flush=True,
+        )
+    medians = {
+        name: {
+            key: median([r[name][key] for r in done]) for key in ("wall_s", "cpu_s", "peak_rss_mib")
+        }
+        for name in ("kubectl", "gfd")
+    }
+    ratios = {
+        key: round(medians["gfd"][key] / medians["kubectl"][key], 2)
+        for key in ("wall_s", "cpu_s", "peak_rss_mib")
+    }
+    return done, medians, ratios
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=5000)
@@ -824,35 +866,7 @@ def main() -> int:
             flush=True,
         )
 
-        rounds: list[dict[str, Any]] = []
-        for number in range(args.rounds):
-            # Alternate which goes first, so that a drift in the machine's load hits both.
-            order = ("kubectl", "gfd") if number % 2 == 0 else ("gfd", "kubectl")
-            row: dict[str, Any] = {"order": list(order)}
-            for name in order:
-                row[name] = measure(launcher, commands[name], workdir, f"{name}-{number}", audit)
-            rounds.append(row)
-            print(
-                f"round {number + 1}: "
-                + ", ".join(
-                    f"{n} {row[n]['wall_s']} s {row[n]['peak_rss_mib']} MiB "
-                    f"(exit {row[n]['exit_status']})"
-                    for n in ("kubectl", "gfd")
-                ),
-                flush=True,
-            )
-
-        medians = {
-            name: {
-                key: median([r[name][key] for r in rounds])
-                for key in ("wall_s", "cpu_s", "peak_rss_mib")
-            }
-            for name in ("kubectl", "gfd")
-        }
-        ratios = {
-            key: round(medians["gfd"][key] / medians["kubectl"][key], 2)
-            for key in ("wall_s", "cpu_s", "peak_rss_mib")
-        }
+        rounds, medians, ratios = side_by_side(launcher, commands, workdir, audit, args.rounds, "")
         # gfd fleet (issue 43) on the same cluster, beside kubectl reading the Nodes.
         fleet_commands = {
             "kubectl": [
@@ -879,34 +893,9 @@ def main() -> int:
             for name, command in fleet_commands.items()
         }
         fleet_rows = len(json.loads(fleet_out.read_text(encoding="utf-8"))["nodes"])
-        fleet_rounds: list[dict[str, Any]] = []
-        for number in range(args.rounds):
-            order = ("kubectl", "gfd") if number % 2 == 0 else ("gfd", "kubectl")
-            row = {"order": list(order)}
-            for name in order:
-                row[name] = measure(
-                    launcher, fleet_commands[name], workdir, f"fleet-{name}-{number}", audit
-                )
-            fleet_rounds.append(row)
-            print(
-                f"fleet round {number + 1}: "
-                + ", ".join(
-                    f"{n} {row[n]['wall_s']} s {row[n]['peak_rss_mib']} MiB"
-                    for n in ("kubectl", "gfd")
-                ),
-                flush=True,
-            )
-        fleet_medians = {
-            name: {
-                key: median([r[name][key] for r in fleet_rounds])
-                for key in ("wall_s", "cpu_s", "peak_rss_mib")
-            }
-            for name in ("kubectl", "gfd")
-        }
-        fleet_ratios = {
-            key: round(fleet_medians["gfd"][key] / fleet_medians["kubectl"][key], 2)
-            for key in ("wall_s", "cpu_s", "peak_rss_mib")
-        }
+        fleet_rounds, fleet_medians, fleet_ratios = side_by_side(
+            launcher, fleet_commands, workdir, audit, args.rounds, "fleet-"
+        )
         kubectl_version = subprocess.run(
             [str(args.kubectl), "version", "--client", "-o", "json"],
             capture_output=True,
