@@ -359,7 +359,14 @@ class Etcd:
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """etcd stopped (SIGSTOP) inside the block: whatever stores in it hangs."""
-        os.kill(self._process.pid, signal.SIGSTOP)
+        pid = self._process.pid
+        os.kill(pid, signal.SIGSTOP)
+        # kill() returns before every thread of etcd has stopped, and one still running
+        # answered a request sent at once (seen under load). The parent is told when the
+        # whole process has stopped: wait for that event (a stopped child is not reaped).
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            raise ControlPlaneError(f"etcd (pid {pid}) ended instead of pausing: status {status}")
         try:
             yield
         finally:
