@@ -102,7 +102,9 @@ def test_a_stop_during_the_read_ends_the_cycle_and_publishes_nothing() -> None:
 
 def test_the_watchdog_ends_a_main_thread_held_in_a_call_into_c(tmp_path: Path) -> None:
     """SIGTERM while this thread sleeps inside the simulator: the watchdog acts at once."""
-    delayed = Faults(delays=(CallDelay(call="nvmlSystemGetDriverVersion", seconds=1.0),))
+    # 3 s: the sender's 0.2 s, then the watchdog's 0.05 s grace and its threads, all while
+    # the call runs, with room for a busy machine to be slow to schedule them.
+    delayed = Faults(delays=(CallDelay(call="nvmlSystemGetDriverVersion", seconds=3.0),))
     machine = prepare_machine(
         SimulationProfile(facts=load_profile("t4-single").facts, faults=delayed), tmp_path
     )
@@ -173,7 +175,8 @@ def test_the_watchdog_carries_a_stop_and_a_reload_to_the_loop() -> None:
             signal.raise_signal(signal.SIGTERM)
         finally:
             signal.signal(signal.SIGTERM, handlers)
-        assert control.stop.wait(30) and control.wake.is_set()
+        # request_stop sets stop, then wake, on its own thread: wait for each.
+        assert control.stop.wait(30) and control.wake.wait(30)
     finally:
         signal.signal(signal.SIGHUP, previous)
         # A stop came: its countdown ends in the no-op exit above, 30 s on.

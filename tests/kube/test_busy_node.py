@@ -335,6 +335,13 @@ def test_a_node_with_many_writers(
                     timeout=WAIT,
                 )
                 agent.wait_for_event("labels published", timeout=WAIT)
+                # "labels published" comes before the cycle's health report: wait for the
+                # cycle's end, so that its writes (if any) are not counted as steady ones.
+                agent.wait_for(
+                    lambda: agent.metric("gfd_cycles_total", result="success") >= 1,
+                    "the first cycle's end",
+                    timeout=WAIT,
+                )
                 steady = len(emulator.requests)
                 agent.wait_for(
                     lambda: sum(r.method == "GET" for r in gfd_requests(emulator, steady)) >= 3,

@@ -385,10 +385,12 @@ def test_a_write_is_one_event_the_final_file_s_a_second_after_the_last(features:
     assert kinds(events) == [("MOVED_TO", "gfd"), ("MOVED_TO", "gfd")]
     # Had it waited, it would have waited the whole spacing.
     assert first_took < EVENT_SPACING - 0.1, "a directory still for a second is written at once"
-    gap = events[1].at - events[0].at
-    # ... is written once the second has passed, and not a periodic pass later (the upper
-    # bound is loose: the reader thread's stamps are late on a busy machine).
-    assert 1.0 <= gap < EVENT_SPACING + 3.0
+    # ... is written once the second has passed, and not a periodic pass later. The reader
+    # thread stamps an event when it reads it, never before it happened: so the lower bound
+    # is measured from this thread's clock before the first write (a late stamp of the
+    # first event cannot shrink it), and the upper bound is loose for late stamps.
+    assert events[1].at - started >= 1.0
+    assert events[1].at - events[0].at < EVENT_SPACING + 3.0
     assert read_features_dir(features, T0) == count(4)
     assert list((features / ".gfd.staging").iterdir()) == []
 
@@ -397,18 +399,20 @@ def test_the_staging_directory_s_creation_is_a_tick_before_the_first_file(
     features: Path,
 ) -> None:
     with DirectoryWatch(features) as watch:
+        started = time.monotonic()  # before the first event: see the test above
         FeatureFileSink(features / "gfd").publish(Publication(LABELS))
         events = watch.events()
     assert [(e.kind, e.name, e.is_dir) for e in events] == [
         ("CREATE", ".gfd.staging", True),
         ("MOVED_TO", "gfd", False),
     ]
-    assert events[1].at - events[0].at >= 1.0
+    assert events[1].at - started >= 1.0
 
 
 def test_a_later_process_and_other_writers_are_waited_for_too(features: Path) -> None:
     FeatureFileSink(features / "gfd", event_spacing=0).publish(Publication(LABELS))
     with DirectoryWatch(features) as watch:
+        started = time.monotonic()  # before the first event
         (features / "other-vendor").write_text("example.com/a=1\n")
         # A new sink (a restarted agent, the next one-shot run) knows nothing of the
         # last event but the directory's timestamp.
@@ -416,7 +420,7 @@ def test_a_later_process_and_other_writers_are_waited_for_too(features: Path) ->
         events = watch.events()
     assert kinds(events)[0] == ("CREATE", "other-vendor")
     assert kinds(events)[-1] == ("MOVED_TO", "gfd")
-    assert events[-1].at - events[0].at >= 1.0
+    assert events[-1].at - started >= 1.0
     assert read_features_dir(features, T0) == {**count(2), "example.com/a": "1"}
 
 
@@ -426,13 +430,14 @@ def test_without_the_staging_directory_the_rename_still_comes_a_tick_later(
     (features / ".gfd.staging").write_text("not a directory")
     time.sleep(EVENT_SPACING)
     with DirectoryWatch(features) as watch:
+        started = time.monotonic()  # before the first event
         FeatureFileSink(features / "gfd").publish(Publication(LABELS))
         events = watch.events()
     # The temporary dot-file's events start NFD's re-read (which skips it); the final
     # file's comes after the next tick, so that re-read is not the last one.
     assert events[0].kind == "CREATE" and events[0].name.startswith(".gfd.")
     assert kinds(events)[-1] == ("MOVED_TO", "gfd")
-    assert events[-1].at - events[0].at >= 1.0
+    assert events[-1].at - started >= 1.0
     # (a bound loose enough for a busy machine's late stamps, under the spacing)
     assert all(e.at - events[0].at < EVENT_SPACING - 0.1 for e in events[:-2])
     assert read_features_dir(features, T0) == LABELS
